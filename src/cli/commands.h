@@ -1,0 +1,11 @@
+// Each subcommand lives in its own file and registers itself on the CLI11 app; main.cc calls
+// these in order. A register_* function adds its options and a callback that runs the command.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace mlaserve::cli {
+
+void register_generate(CLI::App& app);
+
+}  // namespace mlaserve::cli

@@ -1,0 +1,25 @@
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/logging.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mlaserve: DeepSeek (MLA + MoE) inference server"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace|debug|info|warning|error")->capture_default_str();
+  app.parse_complete_callback([&] { mlaserve::init_logging(log_level); });
+
+  mlaserve::cli::register_generate(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const mlaserve::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

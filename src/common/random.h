@@ -1,0 +1,35 @@
+// Counter-based random numbers: the value for (seed, counter) never depends on call order, so
+// sampling and dummy weights are reproducible across threads, batches and backends.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace mlaserve {
+
+inline uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+inline uint64_t hash64(uint64_t seed, uint64_t counter) { return mix64(mix64(seed) ^ (counter * 0xd1b54a32d192ed03ull)); }
+
+// Uniform in [0, 1).
+inline double uniform01(uint64_t seed, uint64_t counter) { return double(hash64(seed, counter) >> 11) * 0x1.0p-53; }
+
+// Standard normal (Box-Muller on two counter draws).
+inline float normal01(uint64_t seed, uint64_t counter) {
+  double u1 = uniform01(seed, 2 * counter) + 0x1.0p-54, u2 = uniform01(seed, 2 * counter + 1);
+  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+// Stable 64-bit hash of a string (FNV-1a), e.g. to give each named tensor its own stream.
+inline uint64_t hash_string(const char* s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; ++s) h = (h ^ uint8_t(*s)) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace mlaserve

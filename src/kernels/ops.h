@@ -1,0 +1,110 @@
+// The one interface the model calls. A Backend implements every op for one device; the CPU
+// backend (kernels/cpu) is the plain fp32 reference that tests compare the CUDA one against.
+//
+// Conventions: activations are 2-D or 3-D tensors whose last dim is contiguous and whose rows may
+// be strided (narrow() views); shapes are checked at the op boundary; outputs are preallocated by
+// the caller with Backend::empty. Index tensors are I32.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/tensor.h"
+#include "kernels/linear_weight.h"
+#include "kernels/moe_params.h"
+
+namespace mlaserve {
+
+// Where each sequence of a batch keeps its tokens' latents in the KV pool, and which of its
+// tokens are queries in this forward. Sequences are laid out one after another.
+struct AttentionMetadata {
+  int32_t num_seqs = 0;
+  Tensor seq_lens;      // [num_seqs] I32: tokens in the cache after this forward (prefix + new)
+  Tensor query_start;   // [num_seqs + 1] I32: offsets of each seq's query tokens in the token dim
+  Tensor kv_start;      // [num_seqs + 1] I32: offsets of each seq's slots in kv_indices
+  Tensor kv_indices;    // [sum(seq_lens)] I32: cache slot of every token of every seq, in order
+  int32_t max_seq_len = 0;
+  // Query i of seq s (of n_s queries) sits at position seq_len - n_s + i and sees keys [0, pos].
+};
+
+// YaRN / plain rotary: angle of pair i at position p is p * inv_freq[i]; cos and sin are
+// multiplied by mscale. Pairs are interleaved (x[2i], x[2i+1]) as in DeepSeek's checkpoints.
+struct RopeTable {
+  Tensor inv_freq;  // [rope_dim / 2] F32
+  float mscale = 1.0f;
+};
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy
+  int32_t top_k = -1;        // -1: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;   // with `step`, makes each draw reproducible
+  uint64_t step = 0;   // index of the token being drawn
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual const char* name() const = 0;
+  // Activation dtype this backend computes in (F32 on the CPU).
+  virtual DType activation_dtype() const = 0;
+  virtual Tensor empty(DType dtype, Shape shape) = 0;
+  // Rank and world size of this backend's tensor-parallel group (1 GPU: 0 and 1).
+  virtual int rank() const { return 0; }
+  virtual int world_size() const { return 1; }
+
+  // out[t] = table[ids[t]]. ids [T], table [V, H], out [T, H].
+  virtual void embedding(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
+  // out = x / rms(x) * w. x, out [T, D]; w [D].
+  virtual void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
+  // residual += x; out = rmsnorm(residual). x, residual, out [T, D].
+  virtual void add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) = 0;
+  // out = x · W^T. x [T, K], out [T, N]; W any weight dtype (FP8 blocks dequantized on the fly).
+  virtual void linear(const Tensor& x, const LinearWeight& w, Tensor& out) = 0;
+  // out = silu(x[:, :I]) * x[:, I:]. x [T, 2I] (or gate and up given apart), out [T, I].
+  virtual void silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  // x += y. [T, D].
+  virtual void add(Tensor& x, const Tensor& y) = 0;
+  // Rotates x[t, h, :] pairwise in place. x [T, heads, rope_dim] (a narrow() view), positions [T].
+  virtual void rope(Tensor& x, const Tensor& positions, const RopeTable& table) = 0;
+
+  // Latent KV cache: cache[slots[t]] = latent[t]. latent [T, kv_dim], cache [num_slots, kv_dim].
+  virtual void kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache) = 0;
+  // out[i] = cache[indices[i]]. indices [S], out [S, kv_dim] F32/activation dtype.
+  virtual void kv_gather(const Tensor& cache, const Tensor& indices, Tensor& out) = 0;
+  // MLA in MHA form (prefill): keys and values decompressed per head.
+  //   q [T, H, nope + rope]; kv [S, H, nope + v] (kv_b of the context, rows by kv_start);
+  //   k_pe [S, rope] (shared by all heads); out [T, H, v]. Causal, with the cached prefix.
+  virtual void mla_prefill(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const AttentionMetadata& md,
+                           float scale, Tensor& out) = 0;
+  // MLA in absorbed form: queries in latent space attend over the cache directly.
+  //   q [T, H, kv_lora + rope]; cache [num_slots, kv_lora + rope]; out [T, H, kv_lora].
+  virtual void mla_decode(const Tensor& q, const Tensor& cache, const AttentionMetadata& md, float scale,
+                          Tensor& out) = 0;
+  // q_latent[t, h, :kv_lora] = q_nope[t, h] · w_uk[h]; q_latent[t, h, kv_lora:] = q_pe[t, h].
+  //   q_nope [T, H, nope], q_pe [T, H, rope], w_uk [H, nope, kv_lora], q_latent [T, H, kv_lora + rope].
+  virtual void mla_absorb_q(const Tensor& q_nope, const Tensor& q_pe, const Tensor& w_uk, Tensor& q_latent) = 0;
+  // out[t, h] = w_uv[h] · latent[t, h]. latent [T, H, kv_lora], w_uv [H, v, kv_lora], out [T, H, v].
+  virtual void mla_absorb_out(const Tensor& latent, const Tensor& w_uv, Tensor& out) = 0;
+
+  // Router: logits [T, E] F32 (and the V3 correction bias [E] or undefined) -> ids [T, k] I32,
+  // weights [T, k] F32 (scaled by routed_scaling_factor).
+  virtual void moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& routing, Tensor& ids,
+                         Tensor& weights) = 0;
+  // out[t] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t]). x, out [T, H].
+  virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                           const std::vector<GatedMlpWeights>& experts, Tensor& out) = 0;
+
+  // One token per row of logits [B, V] (F32); out [B] I32.
+  virtual void sample(const Tensor& logits, const std::vector<SamplingParams>& params, Tensor& out) = 0;
+
+  // Sum over the tensor-parallel group (identity on one device).
+  virtual void all_reduce(Tensor& x) {}
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace mlaserve

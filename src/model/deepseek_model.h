@@ -1,0 +1,43 @@
+// DeepSeek V2/V3 forward pass, written once against kernels/ops.h: it runs on whichever Backend
+// it is given. Layers read top to bottom as in the papers: MLA attention (MHA form for prefill,
+// absorbed form for decode), then a dense MLP for the first_k_dense_replace layers and MoE after.
+#pragma once
+
+#include <vector>
+
+#include "cache/kv_pool.h"
+#include "config/model_config.h"
+#include "engine/forward_batch.h"
+#include "kernels/ops.h"
+#include "weights/model_weights.h"
+
+namespace mlaserve {
+
+class DeepseekModel {
+ public:
+  DeepseekModel(ModelConfig config, ModelWeights weights, Backend& backend);
+
+  // Runs the batch's new tokens, writes their latents into `kv`, and returns the logits of the
+  // batch's logit_rows: [R, vocab] in fp32.
+  Tensor forward(const ForwardBatch& batch, KvPool& kv);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  Backend& backend() { return backend_; }
+
+ private:
+  Tensor attention(int64_t layer, const Tensor& x, const ForwardBatch& batch, KvPool& kv);
+  Tensor dense_mlp(const GatedMlpWeights& w, const Tensor& x);
+  Tensor moe(const MoeWeights& w, const Tensor& x);
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  Backend& backend_;
+  RopeTable rope_;
+  float softmax_scale_;
+  // Absorbed-form projections cut from kv_b_proj per layer, in fp32:
+  std::vector<Tensor> w_uk_;  // [H, nope, kv_lora]: q_nope -> latent query
+  std::vector<Tensor> w_uv_;  // [H, v, kv_lora]: latent output -> per-head value
+};
+
+}  // namespace mlaserve

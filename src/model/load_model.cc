@@ -1,0 +1,54 @@
+#include "model/load_model.h"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "common/error.h"
+#include "weights/weight_loader.h"
+
+namespace mlaserve {
+
+namespace fs = std::filesystem;
+
+ModelConfig load_model_config(const std::string& model) {
+  if (fs::is_directory(model)) {
+    fs::path cfg = fs::path(model) / "config.json";
+    MLA_CHECK(fs::exists(cfg), "model folder '{}' has no config.json", model);
+    return ModelConfig::from_file(cfg.string());
+  }
+  if (auto preset = ModelConfig::preset(model)) return *preset;
+  fail("--model '{}' is neither a checkpoint folder nor a preset ({})", model,
+       fmt::join(ModelConfig::preset_names(), ", "));
+}
+
+static DType parse_dtype_flag(const std::string& s, DType fallback) {
+  if (s == "auto") return fallback;
+  if (s == "bfloat16" || s == "bf16") return DType::BF16;
+  if (s == "float16" || s == "half") return DType::F16;
+  if (s == "float32" || s == "float") return DType::F32;
+  fail("--dtype '{}': expected auto, bfloat16, float16 or float32", s);
+}
+
+LoadedModel load_model(const ModelLoadOptions& o) {
+  LoadedModel m{load_model_config(o.model), {}, fs::is_directory(o.model) ? o.model : ""};
+  std::string format = o.load_format;
+  MLA_CHECK(format == "auto" || format == "safetensors" || format == "dummy",
+            "--load-format '{}': expected auto, safetensors or dummy", format);
+  if (m.folder.empty()) {
+    MLA_CHECK(format != "safetensors", "--model '{}' is a preset: it has no weights to read (use --load-format dummy)",
+              o.model);
+    format = "dummy";
+  } else if (format == "auto") {
+    format = "safetensors";
+  }
+  std::unique_ptr<WeightSource> source =
+      format == "dummy" ? make_dummy_source(m.config, o.seed, parse_dtype_flag(o.dtype, m.config.dtype))
+                        : open_checkpoint_source(m.folder);
+  m.weights = load_model_weights(m.config, *source);
+  spdlog::info("model: {} layers, hidden {}, {} experts, {:.2f} GB of weights", m.config.num_hidden_layers,
+               m.config.hidden_size, m.config.n_routed_experts, double(m.weights.total_bytes) / 1e9);
+  return m;
+}
+
+}  // namespace mlaserve

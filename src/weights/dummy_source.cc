@@ -1,0 +1,92 @@
+// --load-format dummy: seeded random weights of the right shapes. Each tensor draws from its own
+// stream (seed, name), so values do not depend on load order or thread count. Linear weights are
+// scaled by 1/sqrt(fan_in) so activations keep their size through the layers and logits spread.
+#include <cmath>
+#include <map>
+
+#include "common/error.h"
+#include "common/random.h"
+#include "weights/weight_source.h"
+
+namespace mlaserve {
+
+namespace {
+
+class DummySource final : public WeightSource {
+ public:
+  DummySource(const ModelConfig& c, uint64_t seed, DType dtype) : config_(c), seed_(seed), dtype_(dtype) {}
+
+  bool has(const std::string&) const override { return true; }
+
+  Tensor get(const std::string& name, const Shape& shape, WeightRole role) override {
+    uint64_t stream = hash64(seed_, hash_string(name.c_str()));
+    bool fp8 = role == WeightRole::Linear && config_.quantization.has_value();
+    float stddev = 1.0f, mean = 0.0f;
+    switch (role) {
+      case WeightRole::Norm: mean = 1.0f; stddev = 0.1f; break;
+      case WeightRole::Embedding: stddev = 1.0f; break;
+      case WeightRole::Bias: stddev = 0.1f; break;
+      case WeightRole::Linear: case WeightRole::Dense: stddev = 1.0f / std::sqrt(float(shape.back())); break;
+    }
+    Tensor values = Tensor::empty(DType::F32, shape);
+    float* v = values.data<float>();
+    int64_t n = values.numel();
+#pragma omp parallel for if (n >= (int64_t(1) << 16))
+    for (int64_t i = 0; i < n; ++i) v[i] = mean + stddev * normal01(stream, uint64_t(i));
+    if (fp8) return quantize_blocks(name, values);
+    DType dt = role == WeightRole::Bias ? DType::F32 : dtype_;
+    if (dt == DType::F32) return values;
+    Tensor out = Tensor::empty(dt, shape);
+#pragma omp parallel for if (n >= (int64_t(1) << 16))
+    for (int64_t i = 0; i < n; ++i) store_from_f32(out.raw(), dt, size_t(i), v[i]);
+    return out;
+  }
+
+  Tensor get_scale(const std::string& weight_name, const Shape&, int64_t, int64_t) override {
+    auto it = scales_.find(weight_name);
+    if (it == scales_.end()) return {};
+    Tensor s = it->second;
+    scales_.erase(it);
+    return s;
+  }
+
+  void finish() override {}
+  std::string describe() const override { return fmt::format("dummy weights (seed {})", seed_); }
+
+ private:
+  // One fp32 scale per block_n x block_k block: the block's max maps to the e4m3 maximum.
+  Tensor quantize_blocks(const std::string& name, const Tensor& w) {
+    int64_t N = w.size(0), K = w.size(1), bn = config_.quantization->block_n, bk = config_.quantization->block_k;
+    int64_t gn = (N + bn - 1) / bn, gk = (K + bk - 1) / bk;
+    Tensor q = Tensor::empty(DType::F8_E4M3, {N, K}), s = Tensor::empty(DType::F32, {gn, gk});
+    const float* v = w.data<float>();
+#pragma omp parallel for collapse(2)
+    for (int64_t bi = 0; bi < gn; ++bi) {
+      for (int64_t bj = 0; bj < gk; ++bj) {
+        float amax = 0;
+        for (int64_t r = bi * bn; r < std::min(N, (bi + 1) * bn); ++r)
+          for (int64_t c = bj * bk; c < std::min(K, (bj + 1) * bk); ++c) amax = std::max(amax, std::fabs(v[r * K + c]));
+        float scale = amax > 0 ? amax / kE4m3Max : 1.0f;
+        s.data<float>()[bi * gk + bj] = scale;
+        for (int64_t r = bi * bn; r < std::min(N, (bi + 1) * bn); ++r)
+          for (int64_t c = bj * bk; c < std::min(K, (bj + 1) * bk); ++c)
+            q.data<uint8_t>()[r * K + c] = f32_to_e4m3(v[r * K + c] / scale);
+      }
+    }
+    scales_[name] = s;
+    return q;
+  }
+
+  const ModelConfig& config_;
+  uint64_t seed_;
+  DType dtype_;
+  std::map<std::string, Tensor> scales_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> make_dummy_source(const ModelConfig& config, uint64_t seed, DType dtype) {
+  return std::make_unique<DummySource>(config, seed, dtype);
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,40 @@
+// Where weights come from: a checkpoint folder or seeded random numbers (--load-format dummy).
+// The loader asks a source for each tensor by its HF name and shape; the source checks and
+// supplies it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/tensor.h"
+#include "config/model_config.h"
+
+namespace mlaserve {
+
+enum class WeightRole : uint8_t {
+  Norm,        // RMSNorm gain
+  Embedding,   // token table
+  Linear,      // a linear layer's matrix (FP8 block-scaled in FP8 checkpoints)
+  Dense,       // a matrix that is never quantized (router, lm_head, eh_proj)
+  Bias,        // e_score_correction_bias
+};
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool has(const std::string& name) const = 0;
+  // The tensor `name`, checked against `shape`; errors name the tensor and the file.
+  virtual Tensor get(const std::string& name, const Shape& shape, WeightRole role) = 0;
+  // FP8 block scales of `weight_name` (…weight_scale_inv), or an undefined Tensor.
+  virtual Tensor get_scale(const std::string& weight_name, const Shape& weight_shape, int64_t block_n,
+                           int64_t block_k) = 0;
+  // Called once all tensors were fetched: fails on tensors nobody asked for.
+  virtual void finish() = 0;
+  virtual std::string describe() const = 0;
+};
+
+std::unique_ptr<WeightSource> open_checkpoint_source(const std::string& dir);
+// dtype: what unquantized weights are stored in; FP8 linears when config.quantization is set.
+std::unique_ptr<WeightSource> make_dummy_source(const ModelConfig& config, uint64_t seed, DType dtype);
+
+}  // namespace mlaserve

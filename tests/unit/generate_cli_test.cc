@@ -1,0 +1,71 @@
+// The `generate` command's contract: --json output and --dump-logits, and clear errors.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+
+#include "test_paths.h"
+#include "weights/safetensors.h"
+
+namespace mlaserve {
+namespace {
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  std::string cmd = testing::mlaserve_binary() + " --log-level error " + args + " 2>&1";
+  Result r{0, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
+  r.status = pclose(p);
+  return r;
+}
+
+TEST(GenerateCli, JsonOutputMatchesTheFixture) {
+  std::ifstream in(testing::model_fixture("v3_noaux_tc") + "/reference.json");
+  auto ref = nlohmann::json::parse(in);
+  auto prompt = ref["prompts"][2].get<std::vector<int>>();
+  std::string ids;
+  for (int id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  testing::TempDir dir("gen");
+  Result r = run("generate --model " + testing::model_fixture("v3_noaux_tc") + " --input-ids " + ids +
+                 " --max-new-tokens 12 --temperature 0 --ignore-eos --json --dump-logits " + dir.file("l.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["input_ids"], ref["prompts"][2]);
+  EXPECT_EQ(j["output_ids"], ref["greedy_continuations"][2]);
+  auto logits = SafetensorsFile::open(dir.file("l.safetensors"));
+  EXPECT_EQ(logits->info("logits").shape, (Shape{int64_t(prompt.size()), 512}));
+  EXPECT_EQ(logits->info("logits").dtype, DType::F32);
+}
+
+TEST(GenerateCli, SmallPresetPrintsTokens) {
+  Result r = run("generate --model deepseek-v3-tiny --load-format dummy --input-ids 0,100,2000 --max-new-tokens 4 "
+                 "--ignore-eos --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["output_ids"].size(), 4u);
+  // Sampling with a seed is reproducible.
+  std::string sampled = "generate --model deepseek-v2-lite-tiny --input-ids 5,6,7 --max-new-tokens 5 --ignore-eos "
+                        "--temperature 0.8 --top-p 0.9 --sampling-seed 42 --json";
+  EXPECT_EQ(run(sampled).out, run(sampled).out);
+}
+
+TEST(GenerateCli, BadArgumentsAreClearErrors) {
+  Result r = run("generate --model deepseek-v3-tiny --input-ids 1,x,3");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("'x' is not an integer"), std::string::npos) << r.out;
+  r = run("generate --model deepseek-v3-tiny --input-ids 1,999999999");
+  EXPECT_NE(r.out.find("outside the vocabulary"), std::string::npos) << r.out;
+  r = run("generate --model /nonexistent/folder --input-ids 1");
+  EXPECT_NE(r.out.find("neither a checkpoint folder nor a preset"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace mlaserve
