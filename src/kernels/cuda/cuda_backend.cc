@@ -1,0 +1,180 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm_runner.h"
+
+namespace mlaserve {
+namespace cuda {
+
+namespace {
+
+void check_dev(const Tensor& t, DType dtype, int ndim, const char* what) {
+  MLA_CHECK(t.defined() && t.device() == Device::CUDA && t.dtype() == dtype && t.ndim() == ndim &&
+                t.stride(-1) == 1,
+            "{}: expected a device {} tensor of {} dims with a contiguous last dim, got {}", what, dtype_name(dtype),
+            ndim, t.defined() ? t.describe() : "nothing");
+}
+
+void check_weight(const Tensor& t, const char* what) {
+  MLA_CHECK(t.defined() && t.device() == Device::CUDA && (t.dtype() == DType::BF16 || t.dtype() == DType::F32),
+            "{}: expected a device BF16 or F32 tensor, got {}", what, t.defined() ? t.describe() : "nothing");
+}
+
+[[noreturn]] void no_kernel(const char* op) {
+  fail("the CUDA backend has no kernel for '{}' yet: run with the CPU backend", op);
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  gemm_ = std::make_unique<GemmRunner>();
+}
+
+CudaBackend::~CudaBackend() {
+  gemm_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Tensor CudaBackend::empty(DType dtype, Shape shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  void* p = nullptr;
+  size_t bytes = size_t(n) * dtype_size(dtype);
+  CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 16));
+  return Tensor::wrap(p, dtype, std::move(shape), std::shared_ptr<void>(p, [](void* q) { cudaFree(q); }),
+                      Device::CUDA);
+}
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+Tensor CudaBackend::to_device(const Tensor& host) {
+  Tensor src = host.contiguous();
+  Tensor d = empty(src.dtype(), src.shape());
+  CUDA_CHECK(cudaMemcpyAsync(d.raw(), src.raw(), src.nbytes(), cudaMemcpyHostToDevice, stream_));
+  synchronize();  // the host tensor may be a temporary
+  return d;
+}
+
+Tensor CudaBackend::to_host(const Tensor& dev) {
+  MLA_CHECK(dev.device() == Device::CUDA && dev.is_contiguous(), "to_host: {} is not a contiguous device tensor",
+            dev.describe());
+  Tensor h = Tensor::empty(dev.dtype(), dev.shape());
+  CUDA_CHECK(cudaMemcpyAsync(h.raw(), dev.raw(), dev.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  synchronize();
+  return h;
+}
+
+void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
+  check_dev(ids, DType::I32, 1, "embedding ids");
+  check_weight(table, "embedding table");
+  check_dev(out, DType::BF16, 2, "embedding out");
+  MLA_CHECK(out.size(0) == ids.size(0) && out.size(1) == table.size(1), "embedding: out {} for {} ids of {}",
+            out.describe(), ids.size(0), table.describe());
+  launch_embedding(ids.data<int32_t>(), ids.size(0), table.raw(), table.dtype() == DType::F32, table.stride(0),
+                   table.size(1), out.raw(), out.stride(0), stream_);
+}
+
+void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+  check_dev(x, DType::BF16, 2, "rmsnorm x");
+  check_dev(out, DType::BF16, 2, "rmsnorm out");
+  check_weight(w, "rmsnorm weight");
+  MLA_CHECK(out.shape() == x.shape() && w.numel() == x.size(1), "rmsnorm: x {}, w {}, out {}", x.describe(),
+            w.describe(), out.describe());
+  launch_rmsnorm(x.raw(), x.stride(0), nullptr, 0, w.raw(), w.dtype() == DType::F32, eps, x.size(0), x.size(1),
+                 out.raw(), out.stride(0), stream_);
+}
+
+void CudaBackend::add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) {
+  check_dev(x, DType::BF16, 2, "add_rmsnorm x");
+  check_dev(residual, DType::BF16, 2, "add_rmsnorm residual");
+  check_dev(out, DType::BF16, 2, "add_rmsnorm out");
+  check_weight(w, "add_rmsnorm weight");
+  MLA_CHECK(out.shape() == x.shape() && residual.shape() == x.shape() && w.numel() == x.size(1),
+            "add_rmsnorm: x {}, residual {}, w {}, out {}", x.describe(), residual.describe(), w.describe(),
+            out.describe());
+  launch_rmsnorm(x.raw(), x.stride(0), residual.raw(), residual.stride(0), w.raw(), w.dtype() == DType::F32, eps,
+                 x.size(0), x.size(1), out.raw(), out.stride(0), stream_);
+}
+
+void CudaBackend::linear(const Tensor& x, const LinearWeight& w, Tensor& out) {
+  check_dev(x, DType::BF16, 2, "linear x");
+  MLA_CHECK(out.defined() && out.device() == Device::CUDA && (out.dtype() == DType::BF16 || out.dtype() == DType::F32) &&
+                out.ndim() == 2 && out.stride(1) == 1,
+            "linear out: expected a device BF16 or F32 matrix, got {}", out.defined() ? out.describe() : "nothing");
+  MLA_CHECK(!w.is_fp8_block(), "linear: FP8 block-scaled weights have no CUDA kernel yet");
+  check_dev(w.weight, DType::BF16, 2, "linear weight");
+  int64_t T = x.size(0), K = x.size(1), N = w.out_features();
+  MLA_CHECK(w.in_features() == K && out.size(0) == T && out.size(1) == N, "linear: x {} · W {} -> out {}",
+            x.describe(), w.weight.describe(), out.describe());
+  if (T == 0) return;
+  gemm_->bf16_nt(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), out.raw(), out.stride(0),
+                 out.dtype() == DType::F32, T, N, K, stream_);
+}
+
+void CudaBackend::silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
+  check_dev(gate, DType::BF16, 2, "silu_and_mul gate");
+  check_dev(up, DType::BF16, 2, "silu_and_mul up");
+  check_dev(out, DType::BF16, 2, "silu_and_mul out");
+  MLA_CHECK(up.shape() == gate.shape() && out.shape() == gate.shape(), "silu_and_mul: shapes differ");
+  launch_silu_and_mul(gate.raw(), gate.stride(0), up.raw(), up.stride(0), out.raw(), out.stride(0), gate.size(0),
+                      gate.size(1), stream_);
+}
+
+void CudaBackend::add(Tensor& x, const Tensor& y) {
+  check_dev(x, DType::BF16, 2, "add x");
+  check_dev(y, DType::BF16, 2, "add y");
+  MLA_CHECK(x.shape() == y.shape(), "add: {} + {}", x.describe(), y.describe());
+  launch_add(x.raw(), x.stride(0), y.raw(), y.stride(0), x.size(0), x.size(1), stream_);
+}
+
+void CudaBackend::rope(Tensor& x, const Tensor& positions, const RopeTable& table) {
+  check_dev(x, DType::BF16, 3, "rope x");
+  check_dev(positions, DType::I32, 1, "rope positions");
+  MLA_CHECK(table.inv_freq.device() == Device::CUDA && table.inv_freq.numel() * 2 == x.size(2),
+            "rope: the table must be on the device with {} frequencies", x.size(2) / 2);
+  launch_rope(x.raw(), x.stride(0), x.stride(1), x.size(0), x.size(1), x.size(2) / 2, positions.data<int32_t>(),
+              table.inv_freq.data<float>(), table.mscale, stream_);
+}
+
+void CudaBackend::kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache) {
+  check_dev(latent, DType::BF16, 2, "kv_store latent");
+  check_dev(slots, DType::I32, 1, "kv_store slots");
+  check_dev(cache, DType::BF16, 2, "kv_store cache");
+  MLA_CHECK(cache.size(1) == latent.size(1) && cache.is_contiguous() && slots.size(0) == latent.size(0),
+            "kv_store: latent {} into cache {}", latent.describe(), cache.describe());
+  launch_kv_store(latent.raw(), latent.stride(0), slots.data<int32_t>(), latent.size(0), latent.size(1), cache.raw(),
+                  stream_);
+}
+
+void CudaBackend::kv_gather(const Tensor& cache, const Tensor& indices, Tensor& out) {
+  check_dev(cache, DType::BF16, 2, "kv_gather cache");
+  check_dev(indices, DType::I32, 1, "kv_gather indices");
+  check_dev(out, DType::BF16, 2, "kv_gather out");
+  MLA_CHECK(cache.is_contiguous() && out.size(0) == indices.size(0) && out.size(1) == cache.size(1),
+            "kv_gather: cache {} -> out {}", cache.describe(), out.describe());
+  launch_kv_gather(cache.raw(), indices.data<int32_t>(), indices.size(0), cache.size(1), out.raw(), out.stride(0),
+                   stream_);
+}
+
+void CudaBackend::mla_prefill(const Tensor&, const Tensor&, const Tensor&, const AttentionMetadata&, float, Tensor&) {
+  no_kernel("mla_prefill");
+}
+void CudaBackend::mla_decode(const Tensor&, const Tensor&, const AttentionMetadata&, float, Tensor&) {
+  no_kernel("mla_decode");
+}
+void CudaBackend::mla_absorb_q(const Tensor&, const Tensor&, const Tensor&, Tensor&) { no_kernel("mla_absorb_q"); }
+void CudaBackend::mla_absorb_out(const Tensor&, const Tensor&, Tensor&) { no_kernel("mla_absorb_out"); }
+void CudaBackend::moe_route(const Tensor&, const Tensor&, const MoeRouting&, Tensor&, Tensor&) {
+  no_kernel("moe_route");
+}
+void CudaBackend::moe_experts(const Tensor&, const Tensor&, const Tensor&, const std::vector<GatedMlpWeights>&,
+                              Tensor&) {
+  no_kernel("moe_experts");
+}
+void CudaBackend::sample(const Tensor&, const std::vector<SamplingParams>&, Tensor&) { no_kernel("sample"); }
+
+}  // namespace cuda
+
+}  // namespace mlaserve

@@ -1,0 +1,58 @@
+// The CUDA backend: BF16 activations, fp32 accumulation, one stream. Ops are added here as their
+// kernels land (issue 5); an op without a CUDA kernel yet fails with a message naming it.
+#pragma once
+
+#include <map>
+#include <tuple>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/ops.h"
+
+namespace mlaserve::cuda {
+
+class GemmRunner;
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device = 0);
+  ~CudaBackend() override;
+
+  Device device() const override { return Device::CUDA; }
+  const char* name() const override { return "cuda"; }
+  DType activation_dtype() const override { return DType::BF16; }
+  Tensor empty(DType dtype, Shape shape) override;
+  cudaStream_t stream() const { return stream_; }
+  void synchronize();
+
+  // Host <-> device copies of whole (contiguous) tensors.
+  Tensor to_device(const Tensor& host);
+  Tensor to_host(const Tensor& device);
+
+  void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
+  void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  void add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) override;
+  void linear(const Tensor& x, const LinearWeight& w, Tensor& out) override;
+  void silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void add(Tensor& x, const Tensor& y) override;
+  void rope(Tensor& x, const Tensor& positions, const RopeTable& table) override;
+  void kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache) override;
+  void kv_gather(const Tensor& cache, const Tensor& indices, Tensor& out) override;
+  void mla_prefill(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const AttentionMetadata& md, float scale,
+                   Tensor& out) override;
+  void mla_decode(const Tensor& q, const Tensor& cache, const AttentionMetadata& md, float scale,
+                  Tensor& out) override;
+  void mla_absorb_q(const Tensor& q_nope, const Tensor& q_pe, const Tensor& w_uk, Tensor& q_latent) override;
+  void mla_absorb_out(const Tensor& latent, const Tensor& w_uv, Tensor& out) override;
+  void moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& routing, Tensor& ids,
+                 Tensor& weights) override;
+  void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const std::vector<GatedMlpWeights>& experts, Tensor& out) override;
+  void sample(const Tensor& logits, const std::vector<SamplingParams>& params, Tensor& out) override;
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<GemmRunner> gemm_;
+};
+
+}  // namespace mlaserve::cuda

@@ -1,0 +1,29 @@
+// Launchers of the memory-bound CUDA kernels (elementwise.cu). Pointers are device pointers;
+// strides are in elements; activations are BF16 unless a flag says otherwise.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mlaserve::cuda {
+
+// out[t, :] = table[ids[t], :]; table BF16 or F32 (table_f32), out BF16.
+void launch_embedding(const int32_t* ids, int64_t T, const void* table, bool table_f32, int64_t table_ld, int64_t H,
+                      void* out, int64_t out_ld, cudaStream_t s);
+// residual (optional) += x; out = rmsnorm(residual or x) * w. w BF16 or F32 (w_f32).
+void launch_rmsnorm(const void* x, int64_t x_ld, void* residual, int64_t res_ld, const void* w, bool w_f32, float eps,
+                    int64_t T, int64_t D, void* out, int64_t out_ld, cudaStream_t s);
+void launch_silu_and_mul(const void* gate, int64_t g_ld, const void* up, int64_t u_ld, void* out, int64_t o_ld,
+                         int64_t T, int64_t I, cudaStream_t s);
+void launch_add(void* x, int64_t x_ld, const void* y, int64_t y_ld, int64_t T, int64_t D, cudaStream_t s);
+// x [T, heads, 2 * half] with strides (st, sh, 1), rotated in place; inv_freq [half] F32.
+void launch_rope(void* x, int64_t st, int64_t sh, int64_t T, int64_t heads, int64_t half, const int32_t* positions,
+                 const float* inv_freq, float mscale, cudaStream_t s);
+// cache[slots[t]] = latent[t] (BF16 rows of D); and the gather back.
+void launch_kv_store(const void* latent, int64_t ld, const int32_t* slots, int64_t T, int64_t D, void* cache,
+                     cudaStream_t s);
+void launch_kv_gather(const void* cache, const int32_t* indices, int64_t S, int64_t D, void* out, int64_t ld,
+                      cudaStream_t s);
+
+}  // namespace mlaserve::cuda

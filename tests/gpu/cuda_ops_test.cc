@@ -1,0 +1,142 @@
+// Every CUDA op against the CPU reference on fresh random inputs, over DeepSeek shapes.
+#include "gpu_test_util.h"
+
+#include "kernels/cpu/cpu_backend.h"
+
+namespace mlaserve {
+namespace {
+
+using namespace gputest;
+
+class CudaOps : public ::testing::Test {
+ protected:
+  cuda::CudaBackend gpu;
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  uint64_t seed = fresh_seed();
+  void TearDown() override {
+    if (HasFailure()) std::printf("inputs seed: %llu\n", (unsigned long long)seed);
+  }
+  Tensor dev_bf16(const Tensor& f32) { return gpu.to_device(to_dtype(f32, DType::BF16)); }
+};
+
+TEST_F(CudaOps, Embedding) {
+  for (DType table_dt : {DType::BF16, DType::F32}) {
+    Tensor table = random_f32({1000, 576}, seed);
+    std::vector<int32_t> ids = {0, 999, 5, 5, 123, 77, 1};
+    Tensor want = Tensor::empty(DType::F32, {7, 576});
+    cpu->embedding(Tensor::from_i32(ids), table, want);
+    Tensor out = poisoned(gpu, DType::BF16, {7, 576});
+    gpu.embedding(gpu.to_device(Tensor::from_i32(ids)), gpu.to_device(to_dtype(table, table_dt)), out);
+    EXPECT_LE(rel_l2(gpu.to_host(out), want), kBf16Tolerance);
+  }
+}
+
+TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
+  // hidden sizes of V2-Lite, V3, and the latent / q_lora norms
+  for (int64_t D : {2048, 7168, 512, 1536, 5120}) {
+    for (int64_t T : {1, 3, 129}) {
+      Tensor x = random_f32({T, D}, seed + D + T, 2.0f), res = random_f32({T, D}, seed + 7 * D + T);
+      Tensor w = random_f32({D}, seed + 3, 0.2f, 1.0f);
+      Tensor want = Tensor::empty(DType::F32, {T, D});
+      cpu->rmsnorm(x, w, 1e-6f, want);
+      Tensor out = poisoned(gpu, DType::BF16, {T, D});
+      gpu.rmsnorm(dev_bf16(x), dev_bf16(w), 1e-6f, out);
+      EXPECT_LE(rel_l2(gpu.to_host(out), want), kBf16Tolerance) << "rmsnorm D=" << D << " T=" << T;
+
+      Tensor res_cpu = res.to_f32(), want2 = Tensor::empty(DType::F32, {T, D});
+      cpu->add_rmsnorm(x, res_cpu, w, 1e-6f, want2);
+      Tensor res_gpu = dev_bf16(res), out2 = poisoned(gpu, DType::BF16, {T, D});
+      gpu.add_rmsnorm(dev_bf16(x), res_gpu, gpu.to_device(w), 1e-6f, out2);
+      EXPECT_LE(rel_l2(gpu.to_host(out2), want2), kBf16Tolerance) << "add_rmsnorm D=" << D << " T=" << T;
+      EXPECT_LE(rel_l2(gpu.to_host(res_gpu), res_cpu), kBf16Tolerance) << "residual D=" << D;
+    }
+  }
+}
+
+TEST_F(CudaOps, SiluAndMulAndAdd) {
+  for (int64_t I : {1408, 2048, 18432 / 8, 10944}) {
+    int64_t T = 5;
+    Tensor g = random_f32({T, I}, seed + I, 3.0f), u = random_f32({T, I}, seed + 2 * I);
+    Tensor want = Tensor::empty(DType::F32, {T, I});
+    cpu->silu_and_mul(g, u, want);
+    Tensor out = poisoned(gpu, DType::BF16, {T, I});
+    gpu.silu_and_mul(dev_bf16(g), dev_bf16(u), out);
+    EXPECT_LE(rel_l2(gpu.to_host(out), want), kBf16Tolerance) << I;
+    Tensor xg = dev_bf16(g), xc = g.to_f32();
+    cpu->add(xc, u);
+    gpu.add(xg, dev_bf16(u));
+    EXPECT_LE(rel_l2(gpu.to_host(xg), xc), kBf16Tolerance) << I;
+  }
+}
+
+TEST_F(CudaOps, RopeOnQueryHeadsAndTheLatent) {
+  // q [T, 16, 192] with rope on [128, 192); the latent [T, 576] with rope on [512, 576).
+  int64_t T = 37;
+  Tensor inv = Tensor::empty(DType::F32, {32});
+  for (int i = 0; i < 32; ++i) inv.data<float>()[i] = std::pow(10000.0f, -float(2 * i) / 64.0f);
+  RopeTable host{inv, 1.3f}, dev{gpu.to_device(inv), 1.3f};
+  std::vector<int32_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = int32_t((t * 977) % 5000);
+  Tensor q = random_f32({T, 16, 192}, seed), latent = random_f32({T, 576}, seed + 1);
+  Tensor qc = q.to_f32(), lc = latent.to_f32();
+  Tensor qv = qc.narrow(2, 128, 64), lv = lc.narrow(1, 512, 64).as_strided({T, 1, 64}, {576, 64, 1});
+  cpu->rope(qv, Tensor::from_i32(pos), host);
+  cpu->rope(lv, Tensor::from_i32(pos), host);
+  Tensor qg = dev_bf16(q), lg = dev_bf16(latent), pg = gpu.to_device(Tensor::from_i32(pos));
+  Tensor qgv = qg.narrow(2, 128, 64), lgv = lg.narrow(1, 512, 64).as_strided({T, 1, 64}, {576, 64, 1});
+  gpu.rope(qgv, pg, dev);
+  gpu.rope(lgv, pg, dev);
+  EXPECT_LE(rel_l2(gpu.to_host(qg), qc), kBf16Tolerance);
+  EXPECT_LE(rel_l2(gpu.to_host(lg), lc), kBf16Tolerance);
+}
+
+TEST_F(CudaOps, KvStoreAndGather) {
+  int64_t slots = 300, T = 41;
+  Tensor latent = random_f32({T, 576}, seed);
+  std::vector<int32_t> where(T);
+  for (int64_t t = 0; t < T; ++t) where[t] = int32_t((t * 7 + 11) % slots);
+  Tensor cache = poisoned(gpu, DType::BF16, {slots, 576});
+  gpu.kv_store(dev_bf16(latent), gpu.to_device(Tensor::from_i32(where)), cache);
+  Tensor back = poisoned(gpu, DType::BF16, {T, 576});
+  gpu.kv_gather(cache, gpu.to_device(Tensor::from_i32(where)), back);
+  EXPECT_EQ(rel_l2(gpu.to_host(back), latent), 0.0);
+}
+
+TEST_F(CudaOps, LinearOverDeepSeekShapes) {
+  struct Shape3 {
+    int64_t N, K;
+  };
+  // V3: q_a, q_b, kv_a, kv_b, o (TP1); V2-Lite: q, expert gate; odd sizes.
+  std::vector<Shape3> shapes = {{1536, 7168}, {24576, 1536}, {576, 7168}, {32768, 512}, {7168, 16384},
+                                {3072, 2048},  {1408, 2048},   {1000, 136}};
+  for (auto [N, K] : shapes) {
+    for (int64_t T : {1, 7, 64}) {
+      Tensor x = random_f32({T, K}, seed + N + T), w = random_f32({N, K}, seed + K, 1.0f / std::sqrt(float(K)));
+      Tensor want = Tensor::empty(DType::F32, {T, N});
+      cpu->linear(x, LinearWeight{w, {}}, want);
+      Tensor out = poisoned(gpu, DType::BF16, {T, N});
+      gpu.linear(dev_bf16(x), LinearWeight{dev_bf16(w), {}}, out);
+      EXPECT_LE(rel_l2(gpu.to_host(out), want), kBf16Tolerance) << "N=" << N << " K=" << K << " T=" << T;
+    }
+  }
+  // fp32 output (router logits) and a strided input (a narrow() of the latent).
+  Tensor lat = random_f32({9, 576}, seed), w = random_f32({256, 512}, seed + 1, 0.05f);
+  Tensor want = Tensor::empty(DType::F32, {9, 256});
+  cpu->linear(lat.narrow(1, 0, 512), LinearWeight{w, {}}, want);
+  Tensor out = poisoned(gpu, DType::F32, {9, 256});
+  gpu.linear(dev_bf16(lat).narrow(1, 0, 512), LinearWeight{dev_bf16(w), {}}, out);
+  EXPECT_LE(rel_l2(gpu.to_host(out), want), 1e-4);
+}
+
+TEST_F(CudaOps, OpsWithoutKernelsSayWhich) {
+  Tensor t;
+  try {
+    gpu.sample(t, {}, t);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'sample'"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace mlaserve
