@@ -1,0 +1,66 @@
+#include "config/server_args.h"
+
+#include "common/error.h"
+
+namespace mlaserve {
+
+void register_server_args(CLI::App& cmd, ServerArgs& a) {
+  cmd.add_option("--model-path,--model", a.model_path, "Checkpoint folder or preset name")->required();
+  cmd.add_option("--tokenizer-path", a.tokenizer_path, "Folder with tokenizer.json (default: the model's)");
+  cmd.add_option("--served-model-name", a.served_model_name, "Model name in the API (default: --model-path)");
+  cmd.add_option("--load-format", a.load_format, "auto | safetensors | dummy")->capture_default_str();
+  cmd.add_option("--dtype", a.dtype, "Dummy weight dtype: auto | bfloat16 | float16 | float32")->capture_default_str();
+  cmd.add_option("--random-seed", a.random_seed, "Seed of dummy weights")->capture_default_str();
+  cmd.add_option("--context-length", a.context_length, "Prompt + output limit (0: the model's)")->capture_default_str();
+  cmd.add_option("--device", a.device, "cpu (the CUDA backend is not complete yet)")->capture_default_str();
+  cmd.add_option("--mem-fraction-static", a.mem_fraction_static,
+                 "Fraction of memory for weights + KV pool (0: auto)")->capture_default_str();
+  cmd.add_option("--max-total-tokens", a.max_total_tokens, "KV pool size in tokens (0: auto)")->capture_default_str();
+  cmd.add_option("--page-size", a.page_size, "Tokens per KV page")->capture_default_str();
+  cmd.add_option("--max-running-requests", a.max_running_requests)->capture_default_str();
+  cmd.add_option("--chunked-prefill-size", a.chunked_prefill_size, "Prefill tokens per step; -1 disables chunking")
+      ->capture_default_str();
+  cmd.add_option("--max-prefill-tokens", a.max_prefill_tokens)->capture_default_str();
+  cmd.add_option("--schedule-policy", a.schedule_policy, "fcfs | lpm (longest prefix match)")->capture_default_str();
+  cmd.add_flag("--disable-radix-cache", a.disable_radix_cache);
+  cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto (fp32 on the CPU)")->capture_default_str();
+  cmd.add_option("--host", a.host)->capture_default_str();
+  cmd.add_option("--port", a.port)->capture_default_str();
+  cmd.add_option("--api-key", a.api_key, "Require 'Authorization: Bearer KEY'");
+  cmd.add_option("--max-n", a.max_n, "Largest n a request may ask for")->capture_default_str();
+}
+
+void ServerArgs::validate() const {
+  MLA_CHECK(device == "cpu", "--device {}: only the CPU backend can serve today (the CUDA backend lacks "
+            "attention and MoE kernels)", device);
+  MLA_CHECK(kv_cache_dtype == "auto", "--kv-cache-dtype {}: the CPU backend keeps the KV cache in fp32 (auto)",
+            kv_cache_dtype);
+  MLA_CHECK(schedule_policy == "fcfs" || schedule_policy == "lpm", "--schedule-policy '{}': expected fcfs or lpm",
+            schedule_policy);
+  MLA_CHECK(!(schedule_policy == "lpm" && disable_radix_cache),
+            "--schedule-policy lpm orders requests by their cached prefix: it needs the radix cache "
+            "(drop --disable-radix-cache)");
+  MLA_CHECK(page_size >= 1 && page_size <= 1024, "--page-size must be between 1 and 1024, got {}", page_size);
+  MLA_CHECK(max_running_requests >= 1, "--max-running-requests must be at least 1");
+  MLA_CHECK(chunked_prefill_size == -1 || chunked_prefill_size >= 1,
+            "--chunked-prefill-size must be positive or -1 (off), got {}", chunked_prefill_size);
+  MLA_CHECK(max_prefill_tokens >= 1, "--max-prefill-tokens must be positive");
+  MLA_CHECK(mem_fraction_static >= 0 && mem_fraction_static < 1, "--mem-fraction-static must be in [0, 1)");
+  MLA_CHECK(max_total_tokens >= 0, "--max-total-tokens must not be negative");
+  MLA_CHECK(port > 0 && port < 65536, "--port {} is not a TCP port", port);
+  MLA_CHECK(max_n >= 1, "--max-n must be at least 1");
+  MLA_CHECK(context_length >= 0, "--context-length must not be negative");
+}
+
+nlohmann::json ServerArgs::to_json() const {
+  return {{"model_path", model_path}, {"tokenizer_path", tokenizer_path}, {"served_model_name", served_model_name},
+          {"load_format", load_format}, {"dtype", dtype}, {"random_seed", random_seed},
+          {"context_length", context_length}, {"device", device}, {"mem_fraction_static", mem_fraction_static},
+          {"max_total_tokens", max_total_tokens}, {"page_size", page_size},
+          {"max_running_requests", max_running_requests}, {"chunked_prefill_size", chunked_prefill_size},
+          {"max_prefill_tokens", max_prefill_tokens}, {"schedule_policy", schedule_policy},
+          {"disable_radix_cache", disable_radix_cache}, {"kv_cache_dtype", kv_cache_dtype}, {"host", host},
+          {"port", port}, {"api_key_set", !api_key.empty()}, {"max_n", max_n}};
+}
+
+}  // namespace mlaserve

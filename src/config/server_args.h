@@ -1,0 +1,48 @@
+// ServerArgs: every flag of `serve`, named as SGLang's launch_server names them where the meaning
+// is the same. Declared once (register_server_args), validated once (validate), resolved into
+// the run-time configs by the serve command.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace mlaserve {
+
+struct ServerArgs {
+  // Model
+  std::string model_path;
+  std::string tokenizer_path;  // default: the model folder, or the built-in DeepSeek-V3 tokenizer
+  std::string served_model_name;
+  std::string load_format = "auto";
+  std::string dtype = "auto";
+  uint64_t random_seed = 0;
+  int64_t context_length = 0;  // 0: the model's max_position_embeddings
+  std::string device = "cpu";
+  // Memory and batching
+  double mem_fraction_static = 0.0;  // of the device memory, for weights + KV (GPU); 0: auto
+  int64_t max_total_tokens = 0;      // KV pool size in tokens; 0: from mem_fraction_static
+  int64_t page_size = 1;
+  int64_t max_running_requests = 256;
+  int64_t chunked_prefill_size = 8192;
+  int64_t max_prefill_tokens = 16384;
+  std::string schedule_policy = "fcfs";
+  bool disable_radix_cache = false;
+  std::string kv_cache_dtype = "auto";
+  // Server
+  std::string host = "127.0.0.1";
+  int port = 30000;
+  std::string api_key;
+  int max_n = 16;  // largest `n` a request may ask for
+  int64_t max_request_bytes = 64 << 20;
+
+  // Throws mlaserve::Error with the reason when a flag or combination cannot work.
+  void validate() const;
+  nlohmann::json to_json() const;
+};
+
+void register_server_args(CLI::App& cmd, ServerArgs& args);
+
+}  // namespace mlaserve

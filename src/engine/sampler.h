@@ -1,0 +1,40 @@
+// Sampler: turns one row of logits per request into the next token, applying that request's
+// penalties first, and reports logprobs when asked. The draw itself is the backend's `sample`
+// op, so it is reproducible from (seed, step).
+#pragma once
+
+#include <vector>
+
+#include "engine/request.h"
+#include "kernels/ops.h"
+
+namespace mlaserve {
+
+struct SampleInput {
+  const GenerationParams* params = nullptr;
+  const std::vector<int32_t>* tokens = nullptr;  // prompt + output so far
+  int64_t prompt_len = 0;
+  uint64_t seed = 0;
+  uint64_t step = 0;  // index of the output token being drawn
+};
+
+struct SampleOutput {
+  int32_t token = 0;
+  TokenLogprob logprob;  // filled when params->logprobs >= 0
+};
+
+class Sampler {
+ public:
+  explicit Sampler(Backend& backend) : backend_(backend) {}
+  // logits [B, V] F32 host tensor, modified in place by the penalties.
+  std::vector<SampleOutput> sample(Tensor& logits, const std::vector<SampleInput>& inputs);
+
+ private:
+  Backend& backend_;
+};
+
+// In place on one row: repetition penalty over prompt and output, frequency and presence over the
+// output, as OpenAI and SGLang define them.
+void apply_penalties(float* logits, int64_t vocab, const SampleInput& in);
+
+}  // namespace mlaserve

@@ -1,0 +1,411 @@
+#include "engine/scheduler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <random>
+
+#include "common/error.h"
+
+namespace mlaserve {
+
+// The engine's state of one request. tokens = prompt + output; slots hold the KV of
+// tokens[0, slots.size()); the first prefix_len of them belong to the radix cache (locked).
+struct Scheduler::Sequence {
+  std::shared_ptr<Request> req;
+  std::vector<int32_t> tokens;
+  int64_t prompt_len = 0;
+  std::vector<int32_t> slots;
+  int64_t prefix_len = 0;
+  RadixCache::Node* locked = nullptr;
+  int64_t cached_tokens = -1;  // prompt tokens the cache served at first admission
+  uint64_t seed = 0;
+  bool prefill_done = false;   // the last pending token's logits were sampled
+  int64_t chunk = 0;           // tokens this step computes
+  bool done = false;
+
+  int64_t kv_len() const { return int64_t(slots.size()); }
+  int64_t pending() const { return int64_t(tokens.size()) - kv_len(); }
+  int64_t num_output() const { return int64_t(tokens.size()) - prompt_len; }
+};
+
+Scheduler::Scheduler(SchedulerConfig config, ModelRunner& runner)
+    : config_(std::move(config)),
+      runner_(runner),
+      sampler_(runner.backend()),
+      allocator_(runner.num_slots() / config_.page_size * config_.page_size, config_.page_size) {
+  if (config_.radix_cache) cache_ = std::make_unique<RadixCache>(config_.page_size);
+  MLA_CHECK(config_.context_length > 0, "scheduler: context length must be positive");
+  publish_stats();
+}
+
+Scheduler::~Scheduler() { stop(false); }
+
+void Scheduler::start() { thread_ = std::thread([this] { loop(); }); }
+
+void Scheduler::stop(bool drain) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drain_ = drain;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::submit(std::shared_ptr<Request> request) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming_.push_back(std::move(request));
+  }
+  cv_.notify_all();
+}
+
+bool Scheduler::flush_cache() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!thread_.joinable()) return false;
+  flush_requested_ = true;
+  cv_.notify_all();
+  flush_cv_.wait(lock, [&] { return !flush_requested_; });
+  return flush_result_;
+}
+
+EngineStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Scheduler::loop() {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      bool idle = incoming_.empty() && waiting_.empty() && running_.empty();
+      if (stop_ && (!drain_ || idle)) break;
+    }
+    bool worked = false;
+    try {
+      worked = step();
+    } catch (const std::exception& e) {
+      // A failed forward fails the requests in flight, never the server.
+      spdlog::error("scheduler step failed: {}", e.what());
+      for (auto& s : running_) {
+        RequestOutput out;
+        out.finish = FinishReason::Abort;
+        out.error = e.what();
+        s->req->output->push(std::move(out));
+        release(*s);
+      }
+      running_.clear();
+    }
+    if (!worked) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(20),
+                   [&] { return !incoming_.empty() || stop_ || flush_requested_; });
+    }
+  }
+  // Not draining: whatever is left is aborted.
+  take_new_requests();
+  for (auto& s : waiting_) finish(*s, FinishReason::Abort);
+  for (auto& s : running_) finish(*s, FinishReason::Abort);
+  waiting_.clear();
+  running_.clear();
+  publish_stats();
+}
+
+void Scheduler::take_new_requests() {
+  std::vector<std::shared_ptr<Request>> fresh;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fresh.swap(incoming_);
+  }
+  for (auto& r : fresh) {
+    auto s = std::make_unique<Sequence>();
+    s->tokens = r->input_ids;
+    s->prompt_len = int64_t(r->input_ids.size());
+    s->seed = r->params.seed ? *r->params.seed : std::random_device{}();
+    s->req = std::move(r);
+    if (s->tokens.empty() || s->prompt_len >= config_.context_length) {
+      RequestOutput out;
+      out.finish = FinishReason::Abort;
+      out.error = fmt::format("prompt of {} tokens does not fit the context of {}", s->prompt_len,
+                              config_.context_length);
+      s->req->output->push(std::move(out));
+      continue;
+    }
+    waiting_.push_back(std::move(s));
+  }
+}
+
+void Scheduler::drop_cancelled() {
+  for (auto& s : waiting_)
+    if (s->req->output->cancelled()) finish(*s, FinishReason::Abort);
+  std::erase_if(waiting_, [](auto& s) { return s->done; });
+  for (auto& s : running_)
+    if (s->req->output->cancelled()) finish(*s, FinishReason::Abort);
+  std::erase_if(running_, [](auto& s) { return s->done; });
+}
+
+bool Scheduler::step() {
+  take_new_requests();
+  drop_cancelled();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (flush_requested_) {
+      flush_result_ = running_.empty() && waiting_.empty();
+      if (flush_result_ && cache_) cache_->reset([&](const std::vector<int32_t>& s) { allocator_.free(s); });
+      flush_requested_ = false;
+      flush_cv_.notify_all();
+    }
+  }
+  std::vector<Sequence*> batch = schedule_prefill();
+  bool prefill = !batch.empty();
+  if (!prefill) batch = schedule_decode();
+  if (!batch.empty()) run_batch(batch, prefill);
+  std::erase_if(running_, [](auto& s) { return s->done; });
+  publish_stats();
+  return !batch.empty();
+}
+
+bool Scheduler::grow(Sequence& s, int64_t n) {
+  auto got = allocator_.allocate_extend(s.slots, n);
+  while (!got && cache_ && cache_->evictable_size() > 0) {
+    cache_->evict(n + config_.page_size, [&](const std::vector<int32_t>& slots) { allocator_.free(slots); });
+    got = allocator_.allocate_extend(s.slots, n);
+  }
+  if (!got) return false;
+  s.slots.insert(s.slots.end(), got->begin(), got->end());
+  return true;
+}
+
+bool Scheduler::admit(Sequence& s, int64_t budget, bool first_in_batch) {
+  if (cache_) {
+    // Match at most all but the last token: one token must run to give the next token's logits.
+    auto m = cache_->match_prefix(std::span<const int32_t>(s.tokens).first(s.tokens.size() - 1));
+    cache_->lock(m.node);
+    s.slots = std::move(m.slots);
+    s.prefix_len = m.length;
+    s.locked = m.node;
+  }
+  int64_t n = std::min(s.pending(), budget);
+  bool chunking = config_.chunked_prefill_size > 0;
+  bool ok = chunking || n == s.pending() || first_in_batch;
+  if (!chunking) n = s.pending();
+  if (ok) {
+    // Keep room for the running requests' next tokens, so admitting does not force retraction.
+    int64_t page = config_.page_size;
+    int64_t reserve = int64_t(running_.size()) * ((config_.decode_reserve_tokens + page - 1) / page);
+    int64_t available = allocator_.num_free_pages() + (cache_ ? cache_->evictable_size() / page : 0);
+    int64_t need = allocator_.pages_needed(s.kv_len(), n);
+    ok = need <= available && (running_.empty() || available - need >= reserve) && grow(s, n);
+  }
+  if (!ok) {
+    if (cache_) cache_->unlock(s.locked);
+    s.slots.clear();
+    s.prefix_len = 0;
+    s.locked = nullptr;
+    return false;
+  }
+  if (s.cached_tokens < 0) {
+    s.cached_tokens = s.prefix_len;
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.prompt_tokens += s.prompt_len;
+    counters_.cached_prompt_tokens += s.prefix_len;
+  }
+  s.chunk = n;
+  s.prefill_done = false;
+  return true;
+}
+
+std::vector<Scheduler::Sequence*> Scheduler::schedule_prefill() {
+  int64_t budget = config_.chunked_prefill_size > 0 ? config_.chunked_prefill_size : config_.max_prefill_tokens;
+  std::vector<Sequence*> batch;
+  // Requests in the middle of a chunked prefill continue first.
+  for (auto& s : running_) {
+    if (s->prefill_done || budget <= 0) continue;
+    int64_t n = std::min(s->pending(), budget);
+    if (!grow(*s, n)) break;
+    s->chunk = n;
+    budget -= n;
+    batch.push_back(s.get());
+  }
+  if (waiting_.empty() || budget <= 0) return batch;
+  if (config_.policy == SchedulePolicy::Lpm && cache_ && waiting_.size() > 1) {
+    // Longest cached prefix first (a read-only match: nothing is locked yet).
+    std::vector<std::pair<int64_t, size_t>> order;
+    for (size_t i = 0; i < waiting_.size(); ++i) {
+      auto& t = waiting_[i]->tokens;
+      order.push_back({cache_->match_prefix(std::span<const int32_t>(t).first(t.size() - 1)).length, i});
+    }
+    std::stable_sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    std::deque<std::unique_ptr<Sequence>> sorted;
+    for (auto& [len, i] : order) sorted.push_back(std::move(waiting_[i]));
+    waiting_.swap(sorted);
+  }
+  while (!waiting_.empty() && budget > 0 && int64_t(running_.size()) < config_.max_running_requests) {
+    Sequence& s = *waiting_.front();
+    if (!admit(s, budget, batch.empty())) break;
+    budget -= s.chunk;
+    batch.push_back(&s);
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  return batch;
+}
+
+std::vector<Scheduler::Sequence*> Scheduler::schedule_decode() {
+  std::vector<Sequence*> batch;
+  for (auto& s : running_)
+    if (s->prefill_done && !s->done) batch.push_back(s.get());
+  // Out of KV: retract the latest arrivals (their progress kept) until the rest fit.
+  auto pages_needed = [&] {
+    int64_t n = 0;
+    for (Sequence* s : batch) n += allocator_.pages_needed(s->kv_len(), 1);
+    return n;
+  };
+  auto pages_available = [&] {
+    return allocator_.num_free_pages() + (cache_ ? cache_->evictable_size() / config_.page_size : 0);
+  };
+  while (batch.size() > 1 && pages_needed() > pages_available()) {
+    auto victim = std::max_element(batch.begin(), batch.end(),
+                                   [](Sequence* a, Sequence* b) { return a->req->arrival < b->req->arrival; });
+    retract(**victim);
+    batch.erase(victim);
+  }
+  for (Sequence* s : batch) {
+    if (!grow(*s, 1)) {
+      spdlog::warn("request {}: the KV pool cannot hold its next token; finishing it", s->req->id);
+      finish(*s, FinishReason::Length);
+    }
+    s->chunk = 1;
+  }
+  std::erase_if(batch, [](Sequence* s) { return s->done; });
+  return batch;
+}
+
+void Scheduler::retract(Sequence& s) {
+  release(s);
+  s.prefill_done = false;
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if (it->get() == &s) {
+      waiting_.push_front(std::move(*it));
+      running_.erase(it);
+      break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.requests_retracted++;
+}
+
+void Scheduler::release(Sequence& s) {
+  auto free_range = [&](int64_t begin, int64_t end) {
+    if (end > begin) allocator_.free(std::span<const int32_t>(s.slots).subspan(size_t(begin), size_t(end - begin)));
+  };
+  if (cache_ && s.kv_len() > 0) {
+    // The computed prefix goes into the cache (it owns [cached, aligned)); duplicates and the
+    // partial last page go back to the allocator.
+    int64_t kv = s.kv_len();
+    int64_t cached = cache_->insert(std::span<const int32_t>(s.tokens).first(size_t(kv)), s.slots);
+    int64_t aligned = kv / config_.page_size * config_.page_size;
+    free_range(s.prefix_len, cached);
+    free_range(aligned, kv);
+  } else {
+    free_range(s.prefix_len, s.kv_len());
+  }
+  if (cache_ && s.locked) cache_->unlock(s.locked);
+  s.slots.clear();
+  s.prefix_len = 0;
+  s.locked = nullptr;
+}
+
+void Scheduler::finish(Sequence& s, FinishReason reason, int32_t stop_token) {
+  if (s.done) return;
+  release(s);
+  s.done = true;
+  RequestOutput out;
+  out.finish = reason;
+  out.matched_stop_token = stop_token;
+  out.prompt_tokens = s.prompt_len;
+  out.cached_tokens = std::max<int64_t>(s.cached_tokens, 0);
+  s.req->output->push(std::move(out));
+  std::lock_guard<std::mutex> lock(mu_);
+  (reason == FinishReason::Abort ? counters_.requests_aborted : counters_.requests_finished)++;
+}
+
+bool Scheduler::is_eos(int32_t token) const {
+  return std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), token) != config_.eos_token_ids.end();
+}
+
+void Scheduler::run_batch(const std::vector<Sequence*>& batch, bool prefill) {
+  std::vector<SequenceInput> seqs;
+  for (Sequence* s : batch) {
+    int64_t start = s->kv_len() - s->chunk;
+    seqs.push_back({{s->tokens.begin() + start, s->tokens.begin() + start + s->chunk}, s->slots, false});
+  }
+  Tensor logits = runner_.forward(seqs);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.forward_steps++;
+  }
+  // Sample for the sequences whose last pending token ran (partial prefill chunks continue).
+  std::vector<Sequence*> ready;
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (batch[i]->pending() == 0) {
+      ready.push_back(batch[i]);
+      rows.push_back(int64_t(i));
+    }
+  if (ready.empty()) return;
+  int64_t V = logits.size(1);
+  Tensor picked = Tensor::empty(DType::F32, {int64_t(ready.size()), V});
+  std::vector<SampleInput> inputs;
+  for (size_t i = 0; i < ready.size(); ++i) {
+    std::copy_n(logits.data<float>() + rows[i] * logits.stride(0), V, picked.data<float>() + int64_t(i) * V);
+    Sequence* s = ready[i];
+    inputs.push_back({&s->req->params, &s->tokens, s->prompt_len, s->seed, uint64_t(s->num_output())});
+  }
+  std::vector<SampleOutput> sampled = sampler_.sample(picked, inputs);
+  for (size_t i = 0; i < ready.size(); ++i) {
+    Sequence& s = *ready[i];
+    const GenerationParams& p = s.req->params;
+    int32_t token = sampled[i].token;
+    s.tokens.push_back(token);
+    s.prefill_done = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      counters_.generation_tokens++;
+    }
+    RequestOutput out;
+    out.tokens = {token};
+    if (p.logprobs >= 0) out.logprobs = {sampled[i].logprob};
+    out.prompt_tokens = s.prompt_len;
+    out.cached_tokens = std::max<int64_t>(s.cached_tokens, 0);
+    bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+    FinishReason reason = FinishReason::None;
+    if (stop_id || (!p.ignore_eos && is_eos(token))) reason = FinishReason::Stop;
+    else if (s.num_output() >= p.max_new_tokens || int64_t(s.tokens.size()) >= config_.context_length)
+      reason = FinishReason::Length;
+    if (reason != FinishReason::None) {
+      release(s);
+      s.done = true;
+      out.finish = reason;
+      out.matched_stop_token = reason == FinishReason::Stop ? token : -1;
+      std::lock_guard<std::mutex> lock(mu_);
+      counters_.requests_finished++;
+    }
+    s.req->output->push(std::move(out));
+  }
+  (void)prefill;
+}
+
+void Scheduler::publish_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineStats st = counters_;
+  st.num_waiting = int64_t(waiting_.size() + incoming_.size());
+  st.num_running = int64_t(std::count_if(running_.begin(), running_.end(), [](auto& s) { return !s->done; }));
+  st.kv_slots_total = allocator_.num_slots();
+  st.kv_slots_used = allocator_.num_slots() - allocator_.num_free_slots();
+  st.kv_slots_cached = cache_ ? cache_->total_size() : 0;
+  stats_ = st;
+}
+
+}  // namespace mlaserve
