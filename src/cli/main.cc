@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&] { mlaserve::init_logging(log_level); });
 
   mlaserve::cli::register_generate(app);
+  mlaserve::cli::register_tokenize_commands(app);
+  mlaserve::cli::register_serve(app);
+  mlaserve::cli::register_bench_serving(app);
 
   try {
     app.parse(argc, argv);

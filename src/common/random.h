@@ -5,19 +5,30 @@
 #include <cmath>
 #include <cstdint>
 
+// The hash and uniform01 also run in device code (the CUDA sampler draws the same numbers).
+#ifdef __CUDACC__
+#define MLASERVE_HOST_DEVICE __host__ __device__
+#else
+#define MLASERVE_HOST_DEVICE
+#endif
+
 namespace mlaserve {
 
-inline uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
+MLASERVE_HOST_DEVICE inline uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
 
-inline uint64_t hash64(uint64_t seed, uint64_t counter) { return mix64(mix64(seed) ^ (counter * 0xd1b54a32d192ed03ull)); }
+MLASERVE_HOST_DEVICE inline uint64_t hash64(uint64_t seed, uint64_t counter) {
+  return mix64(mix64(seed) ^ (counter * 0xd1b54a32d192ed03ull));
+}
 
 // Uniform in [0, 1).
-inline double uniform01(uint64_t seed, uint64_t counter) { return double(hash64(seed, counter) >> 11) * 0x1.0p-53; }
+MLASERVE_HOST_DEVICE inline double uniform01(uint64_t seed, uint64_t counter) {
+  return double(hash64(seed, counter) >> 11) * 0x1.0p-53;
+}
 
 // Standard normal (Box-Muller on two counter draws).
 inline float normal01(uint64_t seed, uint64_t counter) {

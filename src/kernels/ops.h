@@ -25,6 +25,10 @@ struct AttentionMetadata {
   Tensor kv_start;      // [num_seqs + 1] I32: offsets of each seq's slots in kv_indices
   Tensor kv_indices;    // [sum(seq_lens)] I32: cache slot of every token of every seq, in order
   int32_t max_seq_len = 0;
+  // Set by whoever builds the batch: a fresh nonzero value whenever seq_lens / query_start change,
+  // so a backend may compute its attention plan once per batch and reuse it in every layer
+  // (0: plan at every call).
+  int64_t batch_id = 0;
   // Query i of seq s (of n_s queries) sits at position seq_len - n_s + i and sees keys [0, pos].
 };
 

@@ -1,0 +1,142 @@
+// `mlaserve serve`: loads the model and tokenizer, starts the scheduler thread and the HTTP
+// server, and on SIGTERM / SIGINT drains (finishes what was submitted, refuses new work) and exits.
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "model/load_model.h"
+
+#ifdef MLASERVE_WITH_SERVER
+#include "server/http_server.h"
+#endif
+
+namespace mlaserve::cli {
+
+namespace fs = std::filesystem;
+
+#ifdef MLASERVE_WITH_SERVER
+namespace {
+
+std::string executable_dir() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : p.parent_path().string();
+}
+
+// --tokenizer-path, else the model folder, else the built-in DeepSeek-V3 tokenizer.
+std::string resolve_tokenizer(const ServerArgs& a) {
+  if (!a.tokenizer_path.empty()) return a.tokenizer_path;
+  if (fs::exists(fs::path(a.model_path) / "tokenizer.json")) return a.model_path;
+  if (const char* env = std::getenv("MLASERVE_TOKENIZER_DIR")) return env;
+  fs::path builtin = fs::path(executable_dir()) / "tokenizers" / "deepseek-v3";
+  if (fs::exists(builtin / "tokenizer.json")) return builtin.string();
+  fail("no tokenizer for '{}': pass --tokenizer-path (a folder with tokenizer.json), or run scripts/setup.sh "
+       "to fetch the DeepSeek-V3 tokenizer of the built-in models", a.model_path);
+}
+
+// KV pool tokens: --max-total-tokens, else a fraction of host memory after the weights.
+int64_t kv_pool_tokens(const ServerArgs& a, const ModelConfig& c, uint64_t weight_bytes) {
+  uint64_t per_token = uint64_t(c.num_hidden_layers * c.kv_cache_dim()) * 4;
+  if (a.max_total_tokens > 0) return a.max_total_tokens;
+  uint64_t host = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
+  double fraction = a.mem_fraction_static > 0 ? a.mem_fraction_static : 0.3;
+  double budget = double(host) * fraction - double(weight_bytes);
+  MLA_CHECK(budget > double(per_token) * 1024, "--mem-fraction-static {} leaves no room for the KV pool after {:.2f} GB "
+            "of weights", fraction, double(weight_bytes) / 1e9);
+  return std::min<int64_t>(int64_t(budget / double(per_token)), 1 << 20);
+}
+
+void run_serve(ServerArgs args) {
+  // Signals go to one waiting thread: block them before any thread (OpenMP's too) exists, so
+  // every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  args.validate();
+  ModelConfig config = load_model_config(args.model_path);
+  std::string tokenizer_dir = resolve_tokenizer(args);
+  args.tokenizer_path = tokenizer_dir;
+  Tokenizer tokenizer = Tokenizer::from_dir(tokenizer_dir);
+  MLA_CHECK(int64_t(tokenizer.vocab_size()) <= config.vocab_size,
+            "the tokenizer in {} has {} ids but the model's vocabulary has {}: they do not belong together",
+            tokenizer_dir, tokenizer.vocab_size(), config.vocab_size);
+
+  LoadedModel loaded = load_model({args.model_path, args.load_format, args.dtype, args.random_seed});
+  int64_t slots = kv_pool_tokens(args, config, loaded.weights.total_bytes);
+  slots = std::max<int64_t>(slots / args.page_size * args.page_size, args.page_size);
+  int64_t context = args.context_length > 0 ? args.context_length : config.max_position_embeddings;
+  MLA_CHECK(context <= config.max_position_embeddings, "--context-length {} exceeds the model's {}", context,
+            config.max_position_embeddings);
+  context = std::min(context, slots);  // a request longer than the pool could never run
+  ModelRunner runner(make_cpu_backend(), loaded.config, std::move(loaded.weights), slots, DType::F32);
+
+  SchedulerConfig sc;
+  sc.max_running_requests = args.max_running_requests;
+  sc.chunked_prefill_size = args.chunked_prefill_size;
+  sc.max_prefill_tokens = args.max_prefill_tokens;
+  sc.policy = args.schedule_policy == "lpm" ? SchedulePolicy::Lpm : SchedulePolicy::Fcfs;
+  sc.radix_cache = !args.disable_radix_cache;
+  sc.page_size = args.page_size;
+  sc.context_length = context;
+  for (int64_t e : config.eos_token_ids) sc.eos_token_ids.push_back(int32_t(e));
+  if (auto eos = tokenizer.eos_id()) sc.eos_token_ids.push_back(*eos);
+  Scheduler scheduler(sc, runner);
+
+  ServerContext ctx;
+  ctx.args = args;
+  ctx.model = config;
+  ctx.scheduler = &scheduler;
+  ctx.tokenizer = &tokenizer;
+  if (auto tpl = tokenizer.config().chat_template()) ctx.chat_template.emplace(*tpl);
+  ctx.model_name = args.served_model_name.empty() ? args.model_path : args.served_model_name;
+  ctx.context_length = context;
+  spdlog::info("KV pool: {} tokens ({:.1f} MB), context {} tokens, radix cache {}, chunked prefill {}", slots,
+               double(runner.kv_bytes()) / 1e6, context, sc.radix_cache ? "on" : "off", sc.chunked_prefill_size);
+
+  scheduler.start();
+  HttpServer server(ctx);
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig == 0) return;
+    spdlog::info("signal {}: draining {} running and {} waiting requests", sig, scheduler.stats().num_running,
+                 scheduler.stats().num_waiting);
+    // New requests get 503; those in flight (and their streams) finish; then the engine stops.
+    server.drain_and_stop(std::chrono::seconds(600));
+    scheduler.stop(/*drain=*/true);
+  });
+  bool ok = server.listen();
+  if (!ok) {
+    spdlog::error("cannot listen on {}:{}", args.host, args.port);
+    pthread_kill(waiter.native_handle(), SIGTERM);
+  }
+  waiter.join();
+  MLA_CHECK(ok, "could not bind {}:{} (in use, or not an address of this machine)", args.host, args.port);
+  spdlog::info("stopped");
+}
+
+}  // namespace
+#endif
+
+void register_serve(CLI::App& app) {
+#ifdef MLASERVE_WITH_SERVER
+  auto args = std::make_shared<ServerArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible and native HTTP API");
+  register_server_args(*cmd, *args);
+  cmd->callback([args] { run_serve(*args); });
+#else
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the HTTP API (this build has no HTTP library)");
+  cmd->allow_extras();
+  cmd->callback([] { fail("this mlaserve was built without cpp-httplib: install libcpp-httplib-dev and rebuild"); });
+#endif
+}
+
+}  // namespace mlaserve::cli

@@ -1,0 +1,124 @@
+// SGLang-style routes: /generate, /tokenize, /detokenize, and the generation health check.
+#include <httplib.h>
+
+#include "common/error.h"
+#include "server/api_error.h"
+#include "server/sse_stream.h"
+
+namespace mlaserve {
+
+namespace {
+
+using nlohmann::json;
+
+json meta_info(const TextStream& s, const StreamResult* r, uint64_t id, double latency) {
+  json finish = nullptr;
+  if (r) {
+    finish = {{"type", r->last.finish == FinishReason::Length ? "length" : "stop"}};
+    if (!r->last.matched_stop.empty()) finish["matched"] = r->last.matched_stop;
+  }
+  return {{"id", std::to_string(id)}, {"prompt_tokens", s.prompt_tokens()},
+          {"completion_tokens", s.completion_tokens()}, {"cached_tokens", s.cached_tokens()},
+          {"finish_reason", finish}, {"e2e_latency", latency}};
+}
+
+json output_logprobs(const std::vector<TokenLogprob>& lps) {
+  json out = json::array(), tops = json::array();
+  for (auto& lp : lps) {
+    out.push_back({lp.logprob, lp.token, nullptr});
+    json top = json::array();
+    for (auto& [id, v] : lp.top) top.push_back({v, id, nullptr});
+    tops.push_back(top);
+  }
+  return {{"output_token_logprobs", out}, {"output_top_logprobs", tops}};
+}
+
+}  // namespace
+
+void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  GenerateRequest r = parse_generate_request(parse_json_body(req.body),
+                                             {ctx.args.max_n, ctx.context_length, ctx.model.vocab_size});
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<TextStream>> streams;
+  for (const Prompt& p : r.prompts)
+    for (auto& s : submit(ctx, prompt_ids(ctx, p), r.params, r.n)) streams.push_back(std::move(s));
+  if (r.stream) {
+    // SGLang streams the text so far in every event.
+    auto text = std::make_shared<std::string>();
+    auto ids = std::make_shared<std::vector<int32_t>>();
+    auto chunk = [text, ids, start](size_t, const TextDelta& d, bool) {
+      *text += d.text;
+      ids->insert(ids->end(), d.tokens.begin(), d.tokens.end());
+      json finish = nullptr;
+      if (d.finished) finish = {{"type", d.finish == FinishReason::Length ? "length" : "stop"}};
+      return json{{"text", *text},
+                  {"output_ids", *ids},
+                  {"meta_info",
+                   {{"completion_tokens", ids->size()},
+                    {"finish_reason", finish},
+                    {"e2e_latency", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()}}}};
+    };
+    stream_sse(ctx, res, std::move(streams), chunk, nullptr);
+    return;
+  }
+  std::vector<StreamResult> results = wait_all(ctx, streams);
+  double latency = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  json out = json::array();
+  for (size_t i = 0; i < streams.size(); ++i) {
+    json meta = meta_info(*streams[i], &results[i], i, latency);
+    if (r.params.logprobs >= 0) meta.update(output_logprobs(results[i].logprobs));
+    out.push_back({{"text", streams[i]->text()}, {"output_ids", streams[i]->tokens()}, {"meta_info", meta}});
+  }
+  res.set_content(dump(r.batch || r.n > 1 ? out : out[0]), "application/json");
+}
+
+void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  json body = parse_json_body(req.body);
+  if (!body.is_object() || !body.contains("prompt") || !body["prompt"].is_string())
+    throw ApiError(400, "'prompt' must be a string", "prompt");
+  for (auto it = body.begin(); it != body.end(); ++it)
+    if (it.key() != "prompt" && it.key() != "add_special_tokens" && it.key() != "model")
+      throw ApiError(400, "unknown field '" + it.key() + "'", it.key());
+  bool special = body.value("add_special_tokens", false);
+  std::vector<int32_t> ids;
+  try {
+    ids = ctx.tokenizer->encode(body["prompt"].get<std::string>(), special);
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "prompt");
+  }
+  res.set_content(dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx.context_length}}),
+                  "application/json");
+}
+
+void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  json body = parse_json_body(req.body);
+  if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+    throw ApiError(400, "'tokens' must be a list of token ids", "tokens");
+  std::vector<int32_t> ids;
+  for (auto& t : body["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= ctx.model.vocab_size)
+      throw ApiError(400, "'tokens' must hold token ids of this vocabulary", "tokens");
+    ids.push_back(t.get<int32_t>());
+  }
+  bool skip = body.value("skip_special_tokens", false);
+  res.set_content(dump({{"text", ctx.tokenizer->decode(ids, skip)}}), "application/json");
+}
+
+bool run_health_generate(ServerContext& ctx) {
+  GenerationParams p;
+  p.max_new_tokens = 1;
+  p.temperature = 0;
+  int32_t bos = int32_t(ctx.model.bos_token_id);
+  auto streams = submit(ctx, {bos}, p, 1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!streams[0]->finished()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      streams[0]->cancel();
+      return false;
+    }
+    streams[0]->next(std::chrono::milliseconds(100));
+  }
+  return streams[0]->completion_tokens() == 1;
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,39 @@
+// Shared by the route handlers: submitting prompts to the engine and reading them back.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "server/http_server.h"
+#include "server/request_parser.h"
+#include "server/text_stream.h"
+
+namespace mlaserve {
+
+// Prompt ids (text encoded without special tokens, as the API passes text through), checked
+// against the context; max_new_tokens is clipped to what the context leaves.
+std::vector<int32_t> prompt_ids(ServerContext& ctx, const Prompt& prompt);
+
+// Submits `n` samples of one prompt (seed + i when a seed is given) and returns their streams.
+std::vector<std::unique_ptr<TextStream>> submit(ServerContext& ctx, const std::vector<int32_t>& ids,
+                                                const GenerationParams& params, int n);
+
+// What a non-streaming response needs of a stream once it ended.
+struct StreamResult {
+  std::vector<TokenLogprob> logprobs;
+  TextDelta last;  // the final delta: finish reason, matched stop, error
+};
+
+// Reads every stream to its end (non-streaming responses), recording latency metrics.
+std::vector<StreamResult> wait_all(ServerContext& ctx, std::vector<std::unique_ptr<TextStream>>& streams);
+
+// The OpenAI usage object of a set of streams (each prompt counted once).
+nlohmann::json usage_of(const std::vector<std::unique_ptr<TextStream>>& streams, int n);
+
+// A JSON dump that never throws on odd bytes (they become U+FFFD).
+std::string dump(const nlohmann::json& j);
+
+// Why a stream ended, for the response; an engine failure becomes an ApiError 500.
+const char* finish_reason_of(const TextDelta& d);
+
+}  // namespace mlaserve

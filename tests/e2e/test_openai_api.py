@@ -1,0 +1,100 @@
+"""The official openai SDK against a running mlaserve: completions, chat, streaming, n, stop, logprobs, usage."""
+import openai
+import pytest
+
+from conftest import MODEL
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+
+
+def test_models_list(client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+
+def test_completion_and_usage(client, server):
+    r = client.completions.create(model=MODEL, prompt="The quick brown fox", max_tokens=6, temperature=0)
+    assert r.object == "text_completion"
+    assert len(r.choices) == 1 and r.choices[0].finish_reason == "length"
+    assert isinstance(r.choices[0].text, str) and r.choices[0].text
+    n_prompt = server.post("/tokenize", json={"prompt": "The quick brown fox"}).json()["count"]
+    assert r.usage.prompt_tokens == n_prompt
+    assert r.usage.completion_tokens == 6
+    assert r.usage.total_tokens == n_prompt + 6
+
+
+def test_chat_completion(client):
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "system", "content": "Be brief."},
+                                                               {"role": "user", "content": "Hello there"}],
+                                       max_tokens=5, temperature=0)
+    assert r.object == "chat.completion"
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 5
+
+
+def test_streaming_equals_non_streaming(client):
+    kwargs = dict(model=MODEL, prompt="Once upon a time", max_tokens=12, temperature=0)
+    full = client.completions.create(**kwargs).choices[0].text
+    pieces, finish = [], None
+    for chunk in client.completions.create(stream=True, **kwargs):
+        pieces.append(chunk.choices[0].text)
+        finish = chunk.choices[0].finish_reason or finish
+    assert "".join(pieces) == full and finish == "length"
+
+    msgs = [{"role": "user", "content": "Count to five."}]
+    chat_full = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=10, temperature=0)
+    stream = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=10, temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    text, usage = "", None
+    for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+        if chunk.usage:
+            usage = chunk.usage
+    assert text == chat_full.choices[0].message.content
+    assert usage is not None and usage.completion_tokens == 10 and usage.prompt_tokens == chat_full.usage.prompt_tokens
+
+
+def test_n_choices_and_seeds(client, server):
+    r = client.completions.create(model=MODEL, prompt="Pick a number:", max_tokens=8, n=3, temperature=1.0, seed=5)
+    assert sorted(c.index for c in r.choices) == [0, 1, 2]
+    # A cached prefix changes the last bits of the logits (another attention form): sampled
+    # tokens are reproducible for the same computation, so start again from an empty cache.
+    assert server.post("/flush_cache").status_code == 200
+    again = client.completions.create(model=MODEL, prompt="Pick a number:", max_tokens=8, n=3, temperature=1.0, seed=5)
+    assert [c.text for c in r.choices] == [c.text for c in again.choices]  # same seed, same samples
+    assert len({c.text for c in r.choices}) > 1  # different seeds per choice
+    assert r.usage.completion_tokens == 24
+    greedy = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], n=2,
+                                            max_tokens=6, temperature=0)
+    assert greedy.choices[0].message.content == greedy.choices[1].message.content
+
+
+def test_stop_strings(client):
+    base = client.completions.create(model=MODEL, prompt="Alpha beta gamma", max_tokens=16, temperature=0)
+    text = base.choices[0].text
+    assert len(text) > 4
+    stop = text[len(text) // 2: len(text) // 2 + 2]
+    r = client.completions.create(model=MODEL, prompt="Alpha beta gamma", max_tokens=16, temperature=0, stop=[stop])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == text[: text.index(stop)]
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL, prompt="Alpha beta gamma", max_tokens=16, temperature=0, stop=stop, stream=True))
+    assert streamed == r.choices[0].text
+
+
+def test_logprobs(client):
+    r = client.completions.create(model=MODEL, prompt="Logprobs please", max_tokens=4, temperature=0, logprobs=3)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == 4 and len(lp.token_logprobs) == 4
+    for value, top in zip(lp.token_logprobs, lp.top_logprobs):
+        assert value <= 0 and len(top) == 3
+        assert abs(max(top.values()) - value) < 1e-4  # greedy: the chosen token is the best one
+    c = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=3,
+                                       temperature=0, logprobs=True, top_logprobs=2)
+    content = c.choices[0].logprobs.content
+    assert len(content) == 3 and all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in content)

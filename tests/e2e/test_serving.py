@@ -1,0 +1,173 @@
+"""Serving behaviour: radix cache reuse, output invariance, load with disconnects, retraction,
+bad inputs, API key, and draining on SIGTERM."""
+import concurrent.futures as futures
+import json
+import os
+import signal
+import threading
+import time
+
+import requests
+
+from conftest import Server, wait_idle
+
+PREFIX = "You are a helpful assistant. The following is a long shared system prompt that many requests reuse. " * 4
+
+
+def greedy(server, prompt, max_tokens=8):
+    r = server.post("/v1/completions", json={"prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def metric(server, name):
+    for line in server.get("/metrics").text.splitlines():
+        if line.startswith("mlaserve:" + name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)
+
+
+def test_shared_prefix_is_cached_and_outputs_unchanged(server, plain_server):
+    prompts = [PREFIX + f"Question {i}: what is {i} plus {i}?" for i in range(6)]
+    first = greedy(server, prompts[0])
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    rest = [greedy(server, p) for p in prompts[1:]]
+    for r in rest:
+        assert r["usage"]["prompt_tokens_details"]["cached_tokens"] >= 60
+    assert metric(server, "cache_hit_rate") > 0
+    # Same outputs without the radix cache, with 7-token prefill chunks and 4-token pages.
+    for p, r in zip(prompts, [first] + rest):
+        assert greedy(plain_server, p)["choices"][0]["text"] == r["choices"][0]["text"]
+
+
+def test_greedy_outputs_do_not_depend_on_the_batch(server):
+    prompts = [f"Item {i}: " + "lorem ipsum " * (i % 5) for i in range(12)]
+    alone = [greedy(server, p, 10)["choices"][0]["text"] for p in prompts]
+    with futures.ThreadPoolExecutor(12) as pool:
+        together = list(pool.map(lambda p: greedy(server, p, 10)["choices"][0]["text"], prompts))
+    assert together == alone
+
+
+def stream_completion(server, prompt, max_tokens, disconnect_after=None):
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    with requests.post(server.url + "/v1/completions", json=body, stream=True, timeout=600) as r:
+        assert r.status_code == 200
+        events = 0
+        for line in r.iter_lines():
+            if not line:
+                continue
+            assert line.startswith(b"data: ")
+            if line == b"data: [DONE]":
+                return events, True
+            json.loads(line[6:])
+            events += 1
+            if disconnect_after is not None and events >= disconnect_after:
+                return events, False  # closing the response drops the connection
+    return events, False
+
+
+def test_256_concurrent_streams_with_a_third_disconnecting(server):
+    n = 256
+    with futures.ThreadPoolExecutor(n) as pool:
+        jobs = [pool.submit(stream_completion, server, f"Stream {i} says", 6, 2 if i % 3 == 0 else None)
+                for i in range(n)]
+        results = [j.result() for j in jobs]
+    completed = [done for (i, (_, done)) in enumerate(results) if i % 3 != 0]
+    assert all(completed) and len(completed) == n - (n + 2) // 3
+    info = wait_idle(server)
+    assert info["num_running_requests"] == 0 and info["num_waiting_requests"] == 0
+    assert info["kv_slots_used"] == info["kv_slots_cached"]  # only the radix cache holds KV
+    assert metric(server, "num_aborted_requests_total") > 0
+    # Still serving.
+    assert greedy(server, "after the load")["choices"][0]["finish_reason"] == "length"
+
+
+def test_small_pool_retracts_and_completes_correctly(server):
+    small = Server("--max-total-tokens", "256", "--disable-radix-cache", "--max-running-requests", "64")
+    try:
+        prompts = [f"Request number {i} with some words" for i in range(16)]
+        want = [greedy(server, p, 24)["choices"][0]["text"] for p in prompts]
+        with futures.ThreadPoolExecutor(16) as pool:
+            got = list(pool.map(lambda p: greedy(small, p, 24)["choices"][0]["text"], prompts))
+        assert got == want
+        assert metric(small, "num_retractions_total") > 0
+        info = wait_idle(small)
+        assert info["kv_slots_used"] == 0
+    finally:
+        small.stop()
+
+
+def test_bad_inputs_get_4xx_with_an_error_body(server):
+    long_prompt = list(range(5, 5 + 40001))
+    cases = [
+        ("/v1/completions", b"{not json", 400),
+        ("/v1/completions", {"prompt": 5}, 400),
+        ("/v1/completions", {"prompt": "x", "max_tokens": -1}, 400),
+        ("/v1/completions", {"prompt": "x", "max_tokens": 10**12}, 400),
+        ("/v1/completions", {"prompt": "x", "temperature": "hot"}, 400),
+        ("/v1/completions", {"prompt": long_prompt, "max_tokens": 1}, 400),
+        ("/v1/completions", {"prompt": "x", "model": "gpt-4"}, 404),
+        ("/v1/completions", {"prompt": "x", "n": 1000}, 400),
+        ("/v1/completions", {"prompt": "x", "bogus_field": 1}, 400),
+        ("/v1/completions", {"prompt": [10**9]}, 400),
+        ("/v1/completions", b'{"prompt": "\xff\xfe bad utf-8"}', 400),
+        ("/v1/chat/completions", {"messages": []}, 400),
+        ("/v1/chat/completions", {"messages": [{"content": "no role"}]}, 400),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, 400),
+        ("/generate", {"sampling_params": {"max_new_tokens": 2}}, 400),
+        ("/generate", {"text": "x", "sampling_params": {"nope": 1}}, 400),
+        ("/nowhere", {}, 404),
+    ]
+    for path, body, status in cases:
+        if isinstance(body, bytes):
+            r = requests.post(server.url + path, data=body, headers={"Content-Type": "application/json"}, timeout=30)
+        else:
+            r = requests.post(server.url + path, json=body, timeout=30)
+        assert r.status_code == status, (path, body if not isinstance(body, list) else "...", r.status_code, r.text)
+        err = r.json()["error"]
+        assert err["message"] and err["type"]
+    assert server.get("/health").status_code == 200
+    assert greedy(server, "still fine")["choices"][0]["text"]
+
+
+def test_native_generate_tokenize_and_info(server):
+    r = server.post("/generate", json={"text": "Hello", "sampling_params": {"max_new_tokens": 3, "temperature": 0}})
+    assert r.status_code == 200 and len(r.json()["output_ids"]) == 3
+    ids = server.post("/tokenize", json={"prompt": "Hello world"}).json()["tokens"]
+    assert server.post("/detokenize", json={"tokens": ids}).json()["text"] == "Hello world"
+    r = server.post("/generate", json={"input_ids": ids, "sampling_params": {"max_new_tokens": 2}, "stream": True},
+                    stream=True)
+    lines = [l for l in r.iter_lines() if l]
+    assert lines[-1] == b"data: [DONE]" and len(json.loads(lines[-2][6:])["output_ids"]) == 2
+    assert server.get("/health_generate").status_code == 200
+    assert server.get("/get_model_info").json()["is_generation"] is True
+    assert "mlaserve:time_to_first_token_seconds_bucket" in server.get("/metrics").text
+
+
+def test_api_key():
+    s = Server("--max-total-tokens", "4096", "--api-key", "sekret")
+    try:
+        assert requests.get(s.url + "/v1/models", timeout=10).status_code == 401
+        ok = requests.get(s.url + "/v1/models", headers={"Authorization": "Bearer sekret"}, timeout=10)
+        assert ok.status_code == 200
+        assert requests.get(s.url + "/health", timeout=10).status_code == 200
+    finally:
+        s.stop()
+
+
+def test_sigterm_drains_running_requests():
+    s = Server("--max-total-tokens", "4096")
+    result = {}
+
+    def run():
+        result["r"] = requests.post(s.url + "/v1/completions", timeout=120,
+                                    json={"prompt": "drain me", "max_tokens": 40, "temperature": 0})
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.3)
+    s.proc.send_signal(signal.SIGTERM)
+    t.join()
+    assert result["r"].status_code == 200 and result["r"].json()["usage"]["completion_tokens"] == 40
+    assert s.proc.wait(timeout=60) == 0
+    s.stop()
