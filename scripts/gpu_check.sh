@@ -24,7 +24,7 @@ ninja -C build-gpu -j16 gpu_tests bench_kernels > "$out/build.log" 2>&1 || { gre
 status=0
 build-gpu/gpu_tests --gtest_output=xml:"$out/gpu_tests.xml" 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  (PASSED|FAILED) |FAILED|Failure|seed" ; [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 if [ "$memcheck" = 1 ] && command -v compute-sanitizer > /dev/null; then
-  compute-sanitizer --tool memcheck --leak-check no build-gpu/gpu_tests > "$out/memcheck.log" 2>&1 || status=1
+  timeout 420 compute-sanitizer --tool memcheck --leak-check no build-gpu/gpu_tests > "$out/memcheck.log" 2>&1 || status=1
   grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.log" | tail -3
 fi
 if [ "$bench" = 1 ]; then build-gpu/bench_kernels --json "$out/bench_kernels.json" | tee "$out/bench_kernels.txt"; fi

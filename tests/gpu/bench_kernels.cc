@@ -16,6 +16,7 @@
 #include "common/random.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm_runner.h"
+#include "kernels/cuda/mla_prefill.h"
 
 using namespace mlaserve;
 
@@ -57,6 +58,281 @@ struct Row {
   std::string unit;
 };
 
+// ---- MLA prefill and absorbed projections (bench_mla_prefill, bench_mla_absorb) ----
+
+// flop_row(kernel, shape, ms, flops, bytes moved) of main.
+using FlopRowFn = std::function<void(const std::string&, const std::string&, double, double, double)>;
+
+// A large device BF16 tensor filled with a 32 MB block of random values repeated (generating
+// billions of values on the host would take minutes; timing does not depend on the values).
+Tensor filled_bf16(Shape shape, uint64_t seed) {
+  constexpr int64_t kBlock = int64_t(16) << 20;
+  static std::vector<uint16_t> block;
+  if (block.empty()) {
+    block.resize(size_t(kBlock));
+    for (int64_t i = 0; i < kBlock; ++i) block[size_t(i)] = f32_to_bf16(normal01(7, uint64_t(i)));
+  }
+  Tensor t = g_gpu->empty(DType::BF16, std::move(shape));
+  int64_t n = t.numel(), off = int64_t(seed * 7919) % (kBlock / 2);
+  for (int64_t i = 0; i < n; i += kBlock / 2) {
+    int64_t len = std::min(kBlock / 2, n - i);
+    CUDA_CHECK(cudaMemcpy(t.data<uint16_t>() + i, block.data() + off, size_t(len) * 2, cudaMemcpyHostToDevice));
+  }
+  return t;
+}
+
+// MHA-form MLA prefill: causal FLOPs 2 * sum over queries of visible keys * H * (192 + 128);
+// every tile configuration of the kernel is timed (config 0 is what the op uses).
+void bench_mla_prefill(cuda::CudaBackend& gpu, const FlopRowFn& flop_row) {
+  struct Case {
+    int num_seqs, seq_len, num_queries, H;
+  };
+  for (Case c : {Case{8, 4096, 4096, 128}, Case{8, 4096, 4096, 16}, Case{4, 8192, 2048, 128}}) {
+    int64_t T = int64_t(c.num_seqs) * c.num_queries, S = int64_t(c.num_seqs) * c.seq_len, H = c.H;
+    Tensor q = filled_bf16({T, H, 192}, 1), kv = filled_bf16({S, H, 256}, 2), ctx = filled_bf16({S, 576}, 3);
+    Tensor out = gpu.empty(DType::BF16, {T, H, 128});
+    std::vector<int32_t> qs{0}, ks{0}, lens;
+    double pairs = 0;  // (query, visible key) pairs
+    for (int s = 0; s < c.num_seqs; ++s) {
+      qs.push_back(qs.back() + c.num_queries);
+      ks.push_back(ks.back() + c.seq_len);
+      lens.push_back(c.seq_len);
+      double prefix = c.seq_len - c.num_queries, n = c.num_queries;
+      pairs += n * prefix + n * (n + 1) / 2;
+    }
+    Tensor d_qs = gpu.to_device(Tensor::from_i32(qs)), d_ks = gpu.to_device(Tensor::from_i32(ks)),
+           d_lens = gpu.to_device(Tensor::from_i32(lens));
+    double flops = 2.0 * pairs * double(H) * (192 + 128);
+    double moved = 2.0 * double(T * H * 192 + S * H * 256 + S * 64 + T * H * 128);
+    for (int cfg = 0; cfg < cuda::mla_prefill_num_configs(); ++cfg) {
+      cuda::MlaPrefillParams p;
+      p.q = q.raw();
+      p.kv = kv.raw();
+      p.k_pe = ctx.data<uint16_t>() + 512;
+      p.out = out.raw();
+      p.query_start = d_qs.data<int32_t>();
+      p.kv_start = d_ks.data<int32_t>();
+      p.seq_lens = d_lens.data<int32_t>();
+      p.q_st0 = H * 192;
+      p.q_st1 = 192;
+      p.kv_st0 = H * 256;
+      p.kv_st1 = 256;
+      p.kpe_st0 = 576;
+      p.o_st0 = H * 128;
+      p.o_st1 = 128;
+      p.num_seqs = c.num_seqs;
+      p.num_heads = int(H);
+      p.max_queries = c.num_queries;
+      p.scale = 0.0723f;
+      p.config = cfg;
+      double ms = time_ms([&](int) { cuda::launch_mla_prefill(p, gpu.stream()); }, 10, 2);
+      flop_row(fmt::format("mla_prefill c{}", cfg),
+               fmt::format("{}x{}{} H={} [{}]", c.num_seqs, c.num_queries,
+                           c.seq_len > c.num_queries ? fmt::format("+{}", c.seq_len - c.num_queries) : "", H,
+                           cuda::mla_prefill_config_name(cfg)),
+               ms, flops, moved);
+    }
+  }
+}
+
+// Absorbed projections as batched GEMMs over heads: weight-bound at small T, FLOP-bound at 4096.
+void bench_mla_absorb(cuda::CudaBackend& gpu, const FlopRowFn& flop_row) {
+  for (int64_t H : {128, 16}) {
+    int64_t w_bytes = H * 128 * 512 * 2;
+    int n_sets = int(std::min<int64_t>(8, (int64_t(200) << 20) / w_bytes + 1));
+    std::vector<Tensor> w_uk, w_uv;
+    for (int i = 0; i < n_sets; ++i) {
+      w_uk.push_back(filled_bf16({H, 128, 512}, 40 + i));
+      w_uv.push_back(filled_bf16({H, 128, 512}, 50 + i));
+    }
+    for (int64_t T : {1, 64, 4096}) {
+      Tensor q = filled_bf16({T, H, 192}, 60), q_latent = gpu.empty(DType::BF16, {T, H, 576});
+      Tensor latent = filled_bf16({T, H, 512}, 61), out = gpu.empty(DType::BF16, {T, H, 128});
+      Tensor q_nope = q.narrow(2, 0, 128), q_pe = q.narrow(2, 128, 64);
+      double flops = 2.0 * double(T * H) * 128 * 512;
+      double ms = time_ms([&](int i) { gpu.mla_absorb_q(q_nope, q_pe, w_uk[i % n_sets], q_latent); });
+      flop_row("mla_absorb_q", fmt::format("T={} H={}", T, H), ms, flops, double(w_bytes + T * H * (192 + 576) * 2));
+      ms = time_ms([&](int i) { gpu.mla_absorb_out(latent, w_uv[i % n_sets], out); });
+      flop_row("mla_absorb_out", fmt::format("T={} H={}", T, H), ms, flops, double(w_bytes + T * H * (512 + 128) * 2));
+    }
+  }
+}
+
+
+// ---- MLA decode, absorbed form (bench_mla_decode) ----
+
+// mem_row(kernel, shape, ms, bytes moved) of main.
+using MemRowFn = std::function<void(const std::string&, const std::string&, double, double)>;
+
+// One query per seq over a paged cache: every token at a random slot (page 1, as SGLang's pool), or
+// random 64-token pages (FlashMLA's block size; contiguous within a page). Floors: the KV bytes
+// read (B * ctx * 576 * 2) over the copy bandwidth, and for 128 heads also 2 * B * H * ctx *
+// (576 + 512) FLOPs over the GEMM rate. "run" reuses the batch's plan (md.batch_id, as every layer
+// after the first does); "plan+run" plans at each call. Caches under 200 MB rotate among 4 slot sets.
+void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn& flop_row) {
+  struct Case {
+    int64_t H, B, ctx, page;
+  };
+  for (Case c : {Case{16, 64, 4096, 1}, Case{16, 64, 4096, 64}, Case{16, 128, 8192, 1}, Case{16, 128, 8192, 64},
+                 Case{128, 64, 4096, 1}, Case{128, 64, 4096, 64}, Case{128, 1, 32768, 1}, Case{16, 1, 32768, 1},
+                 Case{128, 128, 1024, 1}}) {
+    int64_t tokens = c.B * c.ctx, kv_bytes = tokens * 576 * 2;
+    int n_sets = kv_bytes < (int64_t(200) << 20) ? 4 : 1;
+    Tensor cache = filled_bf16({tokens * n_sets, 576}, 4);
+    Tensor q = filled_bf16({c.B, c.H, 576}, 5), out = gpu.empty(DType::BF16, {c.B, c.H, 512});
+    std::vector<int32_t> lens(static_cast<size_t>(c.B), int32_t(c.ctx)), qs{0}, ks{0};
+    for (int64_t s = 0; s < c.B; ++s) {
+      qs.push_back(qs.back() + 1);
+      ks.push_back(ks.back() + int32_t(c.ctx));
+    }
+    std::vector<AttentionMetadata> mds;
+    AttentionMetadata md{int32_t(c.B), gpu.to_device(Tensor::from_i32(lens)), gpu.to_device(Tensor::from_i32(qs)),
+                         gpu.to_device(Tensor::from_i32(ks)), Tensor(), int32_t(c.ctx)};
+    for (int set = 0; set < n_sets; ++set) {
+      int64_t pages = tokens / c.page;
+      std::vector<int32_t> perm(static_cast<size_t>(pages)), slots(static_cast<size_t>(tokens));
+      for (int64_t i = 0; i < pages; ++i) perm[size_t(i)] = int32_t(i);
+      for (int64_t i = pages - 1; i > 0; --i)  // Fisher-Yates on the counter hash
+        std::swap(perm[size_t(i)], perm[size_t(hash64(99 + set, uint64_t(i)) % uint64_t(i + 1))]);
+      for (int64_t i = 0; i < tokens; ++i)
+        slots[size_t(i)] = int32_t(set * tokens + perm[size_t(i / c.page)] * c.page + i % c.page);
+      md.kv_indices = gpu.to_device(Tensor::from_i32(slots));
+      mds.push_back(md);
+    }
+    float scale = 1.0f / std::sqrt(192.0f);
+    std::string shape = fmt::format("H={} B={} ctx={} pg={}", c.H, c.B, c.ctx, c.page);
+    double flops = 2.0 * c.B * c.H * c.ctx * (576 + 512);
+    for (int64_t batch_id : {1, 0}) {
+      for (auto& m : mds) m.batch_id = batch_id;
+      double ms = time_ms([&](int i) { gpu.mla_decode(q, cache, mds[i % n_sets], scale, out); }, 100, 10);
+      std::string name = batch_id ? "mla_decode run" : "mla_decode plan+run";
+      if (c.H >= 128)
+        flop_row(name, shape, ms, flops, double(kv_bytes));
+      else
+        mem_row(name, shape, ms, double(kv_bytes));
+    }
+  }
+}
+
+// ---- MoE routing and experts (bench_moe) ----
+
+// k distinct random experts per token and positive weights, as device tensors; returns how many
+// distinct experts the batch touches.
+int64_t random_routing(int64_t T, int64_t k, int64_t E, uint64_t seed, Tensor& ids_dev, Tensor& w_dev) {
+  Tensor ids = Tensor::empty(DType::I32, {T, k}), w = Tensor::empty(DType::F32, {T, k});
+  std::vector<int32_t> perm(static_cast<size_t>(E));
+  std::vector<bool> touched(static_cast<size_t>(E), false);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t e = 0; e < E; ++e) perm[size_t(e)] = int32_t(e);
+    for (int64_t j = 0; j < k; ++j) {
+      std::swap(perm[size_t(j)], perm[size_t(j + int64_t(hash64(seed + t, uint64_t(j)) % uint64_t(E - j)))]);
+      ids.data<int32_t>()[t * k + j] = perm[size_t(j)];
+      w.data<float>()[t * k + j] = float(0.05 + uniform01(seed, uint64_t(t * k + j)));
+      touched[size_t(perm[size_t(j)])] = true;
+    }
+  }
+  ids_dev = g_gpu->to_device(ids);
+  w_dev = g_gpu->to_device(w);
+  return int64_t(std::count(touched.begin(), touched.end(), true));
+}
+
+// V2-Lite routed experts: 64 x (gate, up [1408, 2048], down [2048, 1408]) BF16, top-6. Floors:
+// decode (T <= 64), the bytes of the experts the batch touches (3 * I * H * 2 each, averaged over
+// 8 rotating random routings) over the copy bandwidth; T = 4096, 2 * T * k * 3 * I * H FLOPs over
+// the GEMM rate. Router rows: logits read and ids + weights written.
+void bench_moe(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn& flop_row) {
+  const int64_t E = 64, k = 6, H = 2048, I = 1408, n_sets = 8;
+  const double expert_bytes = 3.0 * I * H * 2;
+  std::vector<GatedMlpWeights> experts;
+  for (int64_t e = 0; e < E; ++e)
+    experts.push_back({{filled_bf16({I, H}, uint64_t(3 * e + 11)), {}},
+                       {filled_bf16({I, H}, uint64_t(3 * e + 12)), {}},
+                       {filled_bf16({H, I}, uint64_t(3 * e + 13)), {}}});
+  for (int64_t T : {1, 4, 16, 64, 4096}) {
+    std::vector<Tensor> ids(n_sets), w(n_sets);
+    double touched = 0;
+    for (int64_t s = 0; s < n_sets; ++s) touched += double(random_routing(T, k, E, 1000 * T + s, ids[s], w[s]));
+    touched /= double(n_sets);
+    Tensor x = filled_bf16({T, H}, 21), out = gpu.empty(DType::BF16, {T, H});
+    double ms = time_ms([&](int i) { gpu.moe_experts(x, ids[i % n_sets], w[i % n_sets], experts, out); },
+                        T >= 1024 ? 30 : 200, 10);
+    std::string shape = fmt::format("T={} E=64 k=6 ({:.1f} touched)", T, touched);
+    double bytes = touched * expert_bytes + 2.0 * T * H * 2;
+    if (T <= 64)
+      mem_row("moe_experts v2-lite", shape, ms, bytes);
+    else
+      flop_row("moe_experts v2-lite", shape, ms, 2.0 * T * k * 3 * I * H, bytes);
+    if (T > 64) continue;
+    // The decode path as a CUDA graph replays it (no per-call host work between kernels): the 8
+    // routings captured back to back, like 8 layers; time per layer.
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    try {
+      CUDA_CHECK(cudaStreamBeginCapture(gpu.stream(), cudaStreamCaptureModeRelaxed));
+      for (int64_t s = 0; s < n_sets; ++s) gpu.moe_experts(x, ids[s], w[s], experts, out);
+      CUDA_CHECK(cudaStreamEndCapture(gpu.stream(), &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      double gms = time_ms([&](int) { CUDA_CHECK(cudaGraphLaunch(exec, gpu.stream())); }, 50, 5) / double(n_sets);
+      mem_row("moe_experts graph", shape, gms, bytes);
+    } catch (const std::exception& e) {
+      std::printf("moe_experts graph capture failed: %s\n", e.what());
+      cudaStreamEndCapture(gpu.stream(), &graph);
+      cudaGetLastError();
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+  struct RouteCase {
+    const char* name;
+    MoeRouting r;
+    bool bias;
+  };
+  for (const RouteCase& c : {RouteCase{"moe_route v2-lite", {TopkMethod::Greedy, ScoringFunc::Softmax, 64, 6, 1, 1,
+                                                              false, 1.0f}, false},
+                             RouteCase{"moe_route v3 noaux_tc", {TopkMethod::NoauxTc, ScoringFunc::Sigmoid, 256, 8, 8,
+                                                                  4, true, 2.5f}, true}}) {
+    for (int64_t T : {16, 4096}) {
+      int64_t Er = c.r.num_experts, kr = c.r.top_k;
+      Tensor lh = Tensor::empty(DType::F32, {T, Er});
+      for (int64_t i = 0; i < T * Er; ++i) lh.data<float>()[i] = 2.0f * normal01(77, uint64_t(i));
+      Tensor logits = gpu.to_device(lh), bias = gpu.to_device(Tensor::zeros(DType::F32, {Er}));
+      Tensor ids = gpu.empty(DType::I32, {T, kr}), wts = gpu.empty(DType::F32, {T, kr});
+      double ms = time_ms([&](int) { gpu.moe_route(logits, c.bias ? bias : Tensor(), c.r, ids, wts); }, 100, 10);
+      mem_row(c.name, fmt::format("T={} E={} k={}", T, Er, kr), ms, double(T * Er * 4 + T * kr * 8));
+    }
+  }
+}
+
+// ---- Sampling (bench_sampling) ----
+
+// One token per row over the V3 vocabulary (129280 fp32 logits). Floor: reading the logits once.
+// Inputs rotate among 4 sets; the parameters are uploaded in every call (part of the op).
+void bench_sampling(cuda::CudaBackend& gpu, const MemRowFn& mem_row) {
+  const int64_t V = 129280;
+  struct Mode {
+    const char* name;
+    SamplingParams p;
+  };
+  std::vector<Mode> modes = {{"greedy", {0.0f, -1, 1.0f, 0.0f, 1, 0}},
+                             {"top-k 50 top-p 0.9", {0.7f, 50, 0.9f, 0.0f, 1, 0}},
+                             {"temperature only", {1.0f, -1, 1.0f, 0.0f, 1, 0}},
+                             {"top-p 0.9 min-p 0.05", {1.0f, -1, 0.9f, 0.05f, 1, 0}}};
+  for (int64_t B : {1, 16, 64}) {
+    std::vector<Tensor> logits;
+    for (int s = 0; s < 4; ++s) {
+      Tensor h = Tensor::empty(DType::F32, {B, V});
+      for (int64_t i = 0; i < B * V; ++i) h.data<float>()[i] = 2.0f * normal01(500 + uint64_t(s), uint64_t(i));
+      logits.push_back(gpu.to_device(h));
+    }
+    Tensor out = gpu.empty(DType::I32, {B});
+    for (const Mode& m : modes) {
+      std::vector<SamplingParams> params(static_cast<size_t>(B), m.p);
+      for (int64_t b = 0; b < B; ++b) params[size_t(b)].seed = uint64_t(b);
+      double ms = time_ms([&](int i) { gpu.sample(logits[i % 4], params, out); }, 100, 10);
+      mem_row(std::string("sample ") + m.name, fmt::format("B={} V={}", B, V), ms, double(B * V * 4));
+    }
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,6 +408,12 @@ int main(int argc, char** argv) {
       flop_row(std::string("linear ") + l.name, fmt::format("T={} N={} K={}", T, l.N, l.K), ms, flops, moved);
     }
   }
+
+  bench_mla_prefill(gpu, flop_row);
+  bench_mla_absorb(gpu, flop_row);
+  bench_mla_decode(gpu, mem_row, flop_row);
+  bench_moe(gpu, mem_row, flop_row);
+  bench_sampling(gpu, mem_row);
 
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   std::printf("copy bandwidth (read+write): %.2f TB/s; dense BF16 GEMM 8192^3: %.0f TFLOP/s\n", copy_bw / 1e12,

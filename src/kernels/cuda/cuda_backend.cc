@@ -20,10 +20,6 @@ void check_weight(const Tensor& t, const char* what) {
             "{}: expected a device BF16 or F32 tensor, got {}", what, t.defined() ? t.describe() : "nothing");
 }
 
-[[noreturn]] void no_kernel(const char* op) {
-  fail("the CUDA backend has no kernel for '{}' yet: run with the CPU backend", op);
-}
-
 }  // namespace
 
 CudaBackend::CudaBackend(int device) : device_(device) {
@@ -158,22 +154,6 @@ void CudaBackend::kv_gather(const Tensor& cache, const Tensor& indices, Tensor& 
                    stream_);
 }
 
-void CudaBackend::mla_prefill(const Tensor&, const Tensor&, const Tensor&, const AttentionMetadata&, float, Tensor&) {
-  no_kernel("mla_prefill");
-}
-void CudaBackend::mla_decode(const Tensor&, const Tensor&, const AttentionMetadata&, float, Tensor&) {
-  no_kernel("mla_decode");
-}
-void CudaBackend::mla_absorb_q(const Tensor&, const Tensor&, const Tensor&, Tensor&) { no_kernel("mla_absorb_q"); }
-void CudaBackend::mla_absorb_out(const Tensor&, const Tensor&, Tensor&) { no_kernel("mla_absorb_out"); }
-void CudaBackend::moe_route(const Tensor&, const Tensor&, const MoeRouting&, Tensor&, Tensor&) {
-  no_kernel("moe_route");
-}
-void CudaBackend::moe_experts(const Tensor&, const Tensor&, const Tensor&, const std::vector<GatedMlpWeights>&,
-                              Tensor&) {
-  no_kernel("moe_experts");
-}
-void CudaBackend::sample(const Tensor&, const std::vector<SamplingParams>&, Tensor&) { no_kernel("sample"); }
 
 }  // namespace cuda
 

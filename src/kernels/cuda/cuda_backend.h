@@ -1,5 +1,6 @@
-// The CUDA backend: BF16 activations, fp32 accumulation, one stream. Ops are added here as their
-// kernels land (issue 5); an op without a CUDA kernel yet fails with a message naming it.
+// The CUDA backend: BF16 activations, fp32 accumulation, one stream. Each op's kernels live in
+// their own files (elementwise.cu, gemm_runner, mla_*.cu, moe_*.cu, sampling.cu) and the member
+// that checks and launches them in cuda_backend[_<op>].cc.
 #pragma once
 
 #include <map>
@@ -11,6 +12,10 @@
 namespace mlaserve::cuda {
 
 class GemmRunner;
+class MoeRunner;
+class SamplerState;
+class MlaDecodePlan;
+class MlaAbsorbRunner;
 
 class CudaBackend final : public Backend {
  public:
@@ -41,6 +46,8 @@ class CudaBackend final : public Backend {
                    Tensor& out) override;
   void mla_decode(const Tensor& q, const Tensor& cache, const AttentionMetadata& md, float scale,
                   Tensor& out) override;
+  // The mla_decode plan (tests force its tiling; graph runners plan the largest batch first).
+  MlaDecodePlan& mla_decode_plan();
   void mla_absorb_q(const Tensor& q_nope, const Tensor& q_pe, const Tensor& w_uk, Tensor& q_latent) override;
   void mla_absorb_out(const Tensor& latent, const Tensor& w_uv, Tensor& out) override;
   void moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& routing, Tensor& ids,
@@ -53,6 +60,11 @@ class CudaBackend final : public Backend {
   int device_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<GemmRunner> gemm_;
+  std::shared_ptr<MoeRunner> moe_;         // made on first use (cuda_backend_moe.cc)
+  std::shared_ptr<SamplerState> sampler_;  // made on first use (cuda_backend_sampling.cc)
+  // Split-KV schedule of mla_decode, made once per batch (md.batch_id) and reused by every layer.
+  std::shared_ptr<MlaDecodePlan> mla_decode_plan_;
+  std::shared_ptr<MlaAbsorbRunner> absorb_;  // made on first use (cuda_backend_mla_absorb.cc)
 };
 
 }  // namespace mlaserve::cuda

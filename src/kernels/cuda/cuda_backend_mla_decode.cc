@@ -1,0 +1,122 @@
+// CudaBackend::mla_decode: checks the op's tensors, plans the batch once (MlaDecodePlan), launches.
+#include <algorithm>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/mla_decode.h"
+
+namespace mlaserve::cuda {
+
+namespace {
+
+void check_i32_dev(const Tensor& t, int64_t n, const char* what) {
+  MLA_CHECK(t.defined() && t.device() == Device::CUDA && t.dtype() == DType::I32 && t.ndim() == 1 &&
+                t.is_contiguous() && (n < 0 || t.size(0) == n),
+            "mla_decode {}: expected a contiguous device I32 vector of {}, got {}", what, n,
+            t.defined() ? t.describe() : "nothing");
+}
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// Rows a job takes: 64 when a sequence brings that many (128 heads, or several queries), so its
+// cache rows are read once for all of them; 16 for one query of a TP shard's 16 heads.
+int pick_m_tiles(int64_t T, int64_t num_seqs, int64_t H) { return T * H > 16 * num_seqs ? 4 : 1; }
+
+}  // namespace
+
+MlaDecodePlan::MlaDecodePlan(int device) {
+  CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+}
+
+MlaDecodePlan::~MlaDecodePlan() {
+  if (plan_buf_) cudaFree(plan_buf_);
+  if (partial_buf_) cudaFree(partial_buf_);
+}
+
+void MlaDecodePlan::reserve(int64_t max_jobs, int64_t partial_rows) {
+  if (max_jobs > cap_jobs_) {
+    if (plan_buf_) CUDA_CHECK(cudaFree(plan_buf_));
+    CUDA_CHECK(cudaMalloc(&plan_buf_, size_t(max_jobs * 8 + num_sms_ * 4 + 4) * sizeof(int32_t)));
+    cap_jobs_ = max_jobs;
+  }
+  if (partial_rows > cap_partial_rows_) {
+    if (partial_buf_) CUDA_CHECK(cudaFree(partial_buf_));
+    CUDA_CHECK(cudaMalloc(&partial_buf_, size_t(partial_rows) * (kMlaLatentDim + 1) * sizeof(float)));
+    cap_partial_rows_ = partial_rows;
+  }
+}
+
+void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, cudaStream_t stream) {
+  int64_t S = p.num_seqs, H = p.num_heads;
+  if (batch_id != 0 && batch_id == batch_id_ && T == tokens_ && S == seqs_ && H == heads_ &&
+      p.seq_lens == seq_lens_ && p.query_start == query_start_)
+    return;
+  int mt = force_m_tiles ? force_m_tiles : pick_m_tiles(T, S, H);
+  int64_t rows = 16 * mt;
+  // A seq of n queries has ceil(n * H / rows) jobs: at most T * H / rows + S over the batch. A job
+  // cut between CTAs leaves one partial per CTA it touches: at most jobs + CTAs - 1.
+  int64_t max_jobs = (T * H + rows - 1) / rows + S;
+  reserve(max_jobs, (max_jobs + num_sms_) * rows);
+  sched_.jobs = plan_buf_;
+  sched_.ctas = plan_buf_ + cap_jobs_ * 8;
+  sched_.num_jobs = sched_.ctas + num_sms_ * 4;
+  sched_.partial_o = partial_buf_;
+  sched_.partial_lse = partial_buf_ + cap_partial_rows_ * kMlaLatentDim;
+  sched_.max_jobs = int(max_jobs);
+  sched_.num_ctas = num_sms_;  // one persistent CTA per SM (the kernel takes most of its shared memory)
+  sched_.m_tiles = mt;
+  launch_mla_decode_plan(p, sched_, stream);
+  batch_id_ = batch_id, tokens_ = T, seqs_ = S, heads_ = H;
+  seq_lens_ = p.seq_lens, query_start_ = p.query_start;
+}
+
+void MlaDecodePlan::run(const MlaDecodeParams& p, cudaStream_t stream) const {
+  launch_mla_decode_run(p, sched_, stream);
+}
+
+MlaDecodePlan& CudaBackend::mla_decode_plan() {
+  if (!mla_decode_plan_) mla_decode_plan_ = std::make_shared<MlaDecodePlan>(device_);
+  return *mla_decode_plan_;
+}
+
+void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, const AttentionMetadata& md, float scale,
+                             Tensor& out) {
+  MLA_CHECK(q.defined() && q.device() == Device::CUDA && q.dtype() == DType::BF16 && q.ndim() == 3 &&
+                q.size(2) == kMlaKvDim && q.stride(2) == 1 && q.stride(0) % 8 == 0 && q.stride(1) % 8 == 0 &&
+                aligned(q.raw(), 16),
+            "mla_decode q: expected a device BF16 [T, H, {}] with 16-byte aligned rows, got {}", kMlaKvDim,
+            q.defined() ? q.describe() : "nothing");
+  int64_t T = q.size(0), H = q.size(1);
+  MLA_CHECK(cache.defined() && cache.device() == Device::CUDA && cache.dtype() == DType::BF16 && cache.ndim() == 2 &&
+                cache.size(1) == kMlaKvDim && cache.is_contiguous() && aligned(cache.raw(), 16),
+            "mla_decode cache: expected a contiguous device BF16 [num_slots, {}], got {}", kMlaKvDim,
+            cache.defined() ? cache.describe() : "nothing");
+  MLA_CHECK(out.defined() && out.device() == Device::CUDA && out.dtype() == DType::BF16 && out.ndim() == 3 &&
+                out.size(0) == T && out.size(1) == H && out.size(2) == kMlaLatentDim && out.stride(2) == 1 &&
+                out.stride(0) % 2 == 0 && out.stride(1) % 2 == 0 && aligned(out.raw(), 4),
+            "mla_decode out: expected a device BF16 [{}, {}, {}], got {}", T, H, kMlaLatentDim,
+            out.defined() ? out.describe() : "nothing");
+  int64_t S = md.num_seqs;
+  MLA_CHECK(S >= 0 && (S > 0 || T == 0), "mla_decode: {} query tokens in {} seqs", T, S);
+  check_i32_dev(md.seq_lens, S, "seq_lens");
+  check_i32_dev(md.query_start, S + 1, "query_start");
+  check_i32_dev(md.kv_start, S + 1, "kv_start");
+  check_i32_dev(md.kv_indices, -1, "kv_indices");
+  MLA_CHECK(T * std::max<int64_t>(H, 1) < (int64_t(1) << 31) && md.kv_indices.numel() < (int64_t(1) << 31),
+            "mla_decode: batch too large for 32-bit row indices");
+  if (T == 0) return;
+  MlaDecodeParams p{};
+  p.q = q.raw(), p.q_stride_t = q.stride(0), p.q_stride_h = q.stride(1);
+  p.cache = cache.raw();
+  p.kv_indices = md.kv_indices.data<int32_t>();
+  p.kv_start = md.kv_start.data<int32_t>();
+  p.seq_lens = md.seq_lens.data<int32_t>();
+  p.query_start = md.query_start.data<int32_t>();
+  p.out = out.raw(), p.out_stride_t = out.stride(0), p.out_stride_h = out.stride(1);
+  p.num_seqs = int(S), p.num_heads = int(H);
+  p.scale = scale;
+  MlaDecodePlan& plan = mla_decode_plan();
+  plan.plan(p, T, md.batch_id, stream_);
+  plan.run(p, stream_);
+}
+
+}  // namespace mlaserve::cuda

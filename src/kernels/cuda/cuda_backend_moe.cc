@@ -1,0 +1,82 @@
+// CudaBackend::moe_route and ::moe_experts: validation at the op boundary, then the launchers of
+// moe_route.cu and the MoeRunner of moe_experts.cc.
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/gemm_runner.h"
+#include "kernels/cuda/moe_experts.h"
+#include "kernels/cuda/moe_route.h"
+
+namespace mlaserve::cuda {
+
+namespace {
+
+void check_matrix(const Tensor& t, DType dtype, int64_t rows, int64_t cols, const char* what) {
+  MLA_CHECK(t.defined() && t.device() == Device::CUDA && t.dtype() == dtype && t.ndim() == 2 && t.stride(1) == 1 &&
+                t.size(0) == rows && t.size(1) == cols,
+            "{}: expected a device {}[{}, {}] with a contiguous last dim, got {}", what, dtype_name(dtype), rows, cols,
+            t.defined() ? t.describe() : "nothing");
+}
+
+void check_expert_weight(const LinearWeight& w, int64_t rows, int64_t cols, const char* what, size_t e) {
+  MLA_CHECK(!w.is_fp8_block() && w.weight.defined() && w.weight.device() == Device::CUDA &&
+                w.weight.dtype() == DType::BF16 && w.weight.shape() == Shape({rows, cols}) &&
+                w.weight.is_contiguous(),
+            "moe_experts: expert {} {} must be a contiguous device BF16[{}, {}], got {}", e, what, rows, cols,
+            w.weight.defined() ? w.weight.describe() : "nothing");
+}
+
+}  // namespace
+
+void CudaBackend::moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& r, Tensor& ids,
+                            Tensor& weights) {
+  int64_t T = logits.defined() ? logits.size(0) : 0, E = r.num_experts, k = r.top_k;
+  check_matrix(logits, DType::F32, T, E, "moe_route logits");
+  check_matrix(ids, DType::I32, T, k, "moe_route ids");
+  MLA_CHECK(ids.is_contiguous(), "moe_route: ids must be contiguous");
+  check_matrix(weights, DType::F32, T, k, "moe_route weights");
+  MLA_CHECK(r.num_groups > 0 && E % r.num_groups == 0 && r.topk_groups <= r.num_groups && k <= E && k > 0,
+            "moe_route: inconsistent routing");
+  MLA_CHECK(r.method != TopkMethod::NoauxTc || E / r.num_groups >= 2,
+            "moe_route: noaux_tc ranks groups by their top-2 scores and needs 2 experts a group");
+  if (bias.defined())
+    MLA_CHECK(bias.device() == Device::CUDA && bias.dtype() == DType::F32 && bias.numel() == E && bias.is_contiguous(),
+              "moe_route: the correction bias must be a contiguous device F32[{}], got {}", E, bias.describe());
+  MoeRouteParams p{logits.data<float>(), logits.stride(0), bias.defined() ? bias.data<float>() : nullptr,
+                   ids.data<int32_t>(), weights.data<float>(), weights.stride(0), int32_t(T), int32_t(E),
+                   int32_t(k), r.num_groups, r.topk_groups, int32_t(r.method), r.scoring == ScoringFunc::Softmax,
+                   r.renormalize, r.routed_scaling_factor};
+  launch_moe_route(p, stream_);
+}
+
+void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                              const std::vector<GatedMlpWeights>& experts, Tensor& out) {
+  MLA_CHECK(!experts.empty(), "moe_experts: no experts");
+  int64_t T = x.defined() ? x.size(0) : 0, H = x.defined() ? x.size(1) : 0, k = ids.defined() ? ids.size(1) : 0;
+  int64_t I = experts[0].gate.out_features();
+  check_matrix(x, DType::BF16, T, H, "moe_experts x");
+  check_matrix(out, DType::BF16, T, H, "moe_experts out");
+  check_matrix(ids, DType::I32, T, k, "moe_experts ids");
+  MLA_CHECK(ids.is_contiguous(), "moe_experts: ids must be contiguous");
+  check_matrix(weights, DType::F32, T, k, "moe_experts weights");
+  MoeRunner::Experts ex{experts.data(), {}, {}, {}};
+  ex.gate.reserve(experts.size());
+  ex.up.reserve(experts.size());
+  ex.down.reserve(experts.size());
+  for (const GatedMlpWeights& w : experts) {
+    ex.gate.push_back(w.gate.weight.raw());
+    ex.up.push_back(w.up.weight.raw());
+    ex.down.push_back(w.down.weight.raw());
+  }
+  if (!moe_) moe_ = std::make_shared<MoeRunner>();
+  // The weights are checked when a list is first seen (192 checks cost ~10 us a call at decode).
+  if (!moe_->knows(ex, int32_t(H), int32_t(I)))
+    for (size_t e = 0; e < experts.size(); ++e) {
+      check_expert_weight(experts[e].gate, I, H, "gate", e);
+      check_expert_weight(experts[e].up, I, H, "up", e);
+      check_expert_weight(experts[e].down, H, I, "down", e);
+    }
+  // ids must lie in [0, E): the device does not check them (pairs outside are dropped or garbage).
+  moe_->run(ex, x.raw(), x.stride(0), ids.data<int32_t>(), weights.data<float>(), weights.stride(0), int32_t(T),
+            int32_t(k), int32_t(H), int32_t(I), out.raw(), out.stride(0), *gemm_, stream_);
+}
+
+}  // namespace mlaserve::cuda

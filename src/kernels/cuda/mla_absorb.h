@@ -1,0 +1,70 @@
+// The absorbed MLA projections as strided-batched BF16 GEMMs over heads (cuBLASLt, fp32
+// accumulation), plus the copy of the rope part of the query into the latent query.
+//   absorb_q:   q_latent[t, h, :L] = q_nope[t, h] · w_uk[h];  q_latent[t, h, L:] = q_pe[t, h]
+//   absorb_out: out[t, h] = w_uv[h] · latent[t, h]
+// with nope = v = 128, L = kv_lora = 512, rope = 64 for DeepSeek.
+#pragma once
+
+#include <map>
+#include <tuple>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace mlaserve::cuda {
+
+struct MlaAbsorbQParams {
+  const void* q_nope;  // [T, H, nope] BF16, strides (qn_st0, qn_st1, 1)
+  const void* q_pe;    // [T, H, rope] BF16, strides (pe_st0, pe_st1, 1)
+  const void* w_uk;    // [H, nope, L] BF16, contiguous
+  void* q_latent;      // [T, H, L + rope] BF16, strides (ql_st0, ql_st1, 1)
+  int64_t qn_st0, qn_st1, pe_st0, pe_st1, ql_st0, ql_st1;  // in elements
+  int64_t T, H, nope, rope, L;
+};
+
+struct MlaAbsorbOutParams {
+  const void* latent;  // [T, H, L] BF16, strides (lat_st0, lat_st1, 1)
+  const void* w_uv;    // [H, V, L] BF16, contiguous
+  void* out;           // [T, H, V] BF16, strides (o_st0, o_st1, 1)
+  int64_t lat_st0, lat_st1, o_st0, o_st1;  // in elements
+  int64_t T, H, V, L;
+};
+
+// q_latent[t, h, L + r] = q_pe[t, h, r]: one 16-byte chunk a thread when rope % 8 == 0.
+void launch_copy_q_pe(const MlaAbsorbQParams& p, cudaStream_t stream);
+
+// Owns a cuBLASLt handle, a workspace and the algorithm chosen per shape.
+class MlaAbsorbRunner {
+ public:
+  MlaAbsorbRunner();
+  ~MlaAbsorbRunner();
+  MlaAbsorbRunner(const MlaAbsorbRunner&) = delete;
+  MlaAbsorbRunner& operator=(const MlaAbsorbRunner&) = delete;
+
+  void absorb_q(const MlaAbsorbQParams& p, cudaStream_t stream);
+  void absorb_out(const MlaAbsorbOutParams& p, cudaStream_t stream);
+
+ private:
+  // Column-major, as cuBLASLt sees it, per batch b: C_b[m, n] = op(A_b)[m, k] · B_b[k, n], A
+  // stored [m, k] (lda) or, transposed, [k, m]; B [k, n] (ldb); C [m, n] (ldc); BF16 everywhere.
+  struct Gemm {
+    bool trans_a;
+    int64_t m, n, k, batch;
+    const void* a;
+    int64_t lda, stride_a;
+    const void* b;
+    int64_t ldb, stride_b;
+    void* c;
+    int64_t ldc, stride_c;
+  };
+  void run(const Gemm& g, cudaStream_t stream);
+
+  using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int>;
+  struct Plan;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 32u << 20;
+  std::map<Key, Plan*> plans_;
+};
+
+}  // namespace mlaserve::cuda

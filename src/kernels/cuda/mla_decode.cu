@@ -1,0 +1,495 @@
+// MLA decode attention kernels (see mla_decode.h): plan, attention, combine.
+//
+// Attention block: 8 warps, M = 16 * MT query rows, 64-key tiles of the paged cache brought in by
+// cp.async into a 2-stage ring (each key row: 1152 contiguous bytes at its slot). Per tile:
+//   S = Q K^T   [M, 64]: warps tiled MT (rows) x 8/MT (keys), A and B by ldmatrix from shared memory
+//   softmax     row max across the key-warps through shared memory; P (bf16) to shared memory
+//   O += P V    [M, 512]: each warp all M rows x 64 columns, V^T fragments by ldmatrix.trans from
+//               the same tile (V is the first 512 columns of K), fp32 accumulators in registers.
+// Shared rows are XOR-swizzled by 16-byte chunk (chunk ^ (row & 7)) so ldmatrix is conflict-free.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/mla_decode.h"
+
+namespace mlaserve::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kD = kMlaKvDim, kL = kMlaLatentDim, kBN = kMlaBlockKeys;
+constexpr int kChunks = kD / 8;  // 16-byte chunks per cache row: 72
+constexpr int kWarps = 8, kThreads = kWarps * 32;
+constexpr int kCombineThreads = kL / 4;
+
+struct Job {
+  int seq, row0, num_rows, num_tiles, num_keys, first_cta, num_splits, split_offset;
+};
+static_assert(sizeof(Job) == 8 * sizeof(int32_t));
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// Byte offset of 16-byte chunk c of row r in a swizzled tile of `chunks` chunks a row (a multiple of 8).
+__device__ __forceinline__ uint32_t swz(int r, int c, int chunks) { return uint32_t(r * chunks + (c ^ (r & 7))) * 16; }
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+// c[4] += a[4] (16x16, row) * b[2] (16x8, col), BF16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Query token of row `row` (of a seq's n * H rows, query-major) and the keys it sees.
+struct RowPlace {
+  int token, head, visible;
+};
+__device__ __forceinline__ RowPlace place_row(const MlaDecodeParams& p, const Job& job, int r) {
+  int rho = job.row0 + r, i = rho / p.num_heads;
+  int q0 = p.query_start[job.seq], n = p.query_start[job.seq + 1] - q0;
+  return {q0 + i, rho - i * p.num_heads, p.seq_lens[job.seq] - n + i + 1};
+}
+
+// ---- plan ------------------------------------------------------------------------------------
+
+// Largest CTA c whose range [c * total / P, ...) starts at or before tile g.
+__device__ __forceinline__ int cta_of(int64_t g, int64_t total, int P) { return int(((g + 1) * P - 1) / total); }
+
+__global__ void mla_decode_plan_kernel(MlaDecodeParams p, MlaDecodeSchedule s) {
+  if (threadIdx.x != 0) return;  // a few hundred jobs: one thread is enough and keeps it simple
+  Job* jobs = reinterpret_cast<Job*>(s.jobs);
+  const int M = 16 * s.m_tiles, H = p.num_heads;
+  int nj = 0;
+  int64_t total = 0;
+  for (int q = 0; q < p.num_seqs; ++q) {
+    int n = p.query_start[q + 1] - p.query_start[q], len = p.seq_lens[q], rows = n * H;
+    for (int r0 = 0; r0 < rows && nj < s.max_jobs; r0 += M) {
+      int nr = min(M, rows - r0), keys = len - n + (r0 + nr - 1) / H + 1;
+      keys = max(keys, 1);
+      int tiles = (keys + kBN - 1) / kBN;
+      jobs[nj++] = {q, r0, nr, tiles, keys, 0, 0, 0};
+      total += tiles;
+    }
+  }
+  *s.num_jobs = nj;
+  // At most one CTA a tile, so that every CTA between a job's first and last has a share of it.
+  const int P = int(total < s.num_ctas ? total : int64_t(s.num_ctas));
+  for (int c = P; c < s.num_ctas; ++c) reinterpret_cast<int4*>(s.ctas)[c] = make_int4(0, 0, 0, 0);
+  int j = 0;
+  int64_t before = 0;  // tiles of jobs [0, j)
+  for (int c = 0; c < P; ++c) {
+    int64_t g0 = c * total / P, g1 = (c + 1) * total / P;
+    while (j < nj && before + jobs[j].num_tiles <= g0) before += jobs[j++].num_tiles;
+    reinterpret_cast<int4*>(s.ctas)[c] = make_int4(j, int(g0 - before), int(g1 - g0), 0);
+  }
+  int offset = 0;
+  before = 0;
+  for (j = 0; j < nj; ++j) {
+    int first = cta_of(before, total, P), last = cta_of(before + jobs[j].num_tiles - 1, total, P);
+    jobs[j].first_cta = first;
+    jobs[j].num_splits = last - first + 1;
+    jobs[j].split_offset = offset;
+    offset += last - first + 1;
+    before += jobs[j].num_tiles;
+  }
+}
+
+// ---- attention -------------------------------------------------------------------------------
+
+template <int MT>
+struct Smem {
+  static constexpr int M = 16 * MT, WN = kWarps / MT;
+  static constexpr size_t q = 0;                                  // [M, 576] bf16, swizzled
+  static constexpr size_t kv = q + size_t(M) * kD * 2;            // [2][64, 576] bf16, swizzled
+  static constexpr size_t p = kv + size_t(2) * kBN * kD * 2;      // [M, 64] bf16, swizzled
+  static constexpr size_t red = p + size_t(M) * kBN * 2;          // [WN, M] f32: row max / row sum
+  static constexpr size_t alpha = red + size_t(WN) * M * 4;       // [M] f32: rescale of O this tile
+  static constexpr size_t row_m = alpha + size_t(M) * 4;          // [M] f32: final row max
+  static constexpr size_t row_l = row_m + size_t(M) * 4;          // [M] f32: final row sum
+  static constexpr size_t bytes = row_l + size_t(M) * 4;
+};
+
+template <int MT>
+__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaDecodeParams p, MlaDecodeSchedule s) {
+  using SM = Smem<MT>;
+  constexpr int M = SM::M, WN = SM::WN, KW = kBN / WN, NTS = KW / 8;  // S: warp = 16 rows x KW keys
+  constexpr int NTO = kL / kWarps / 8;                                // O: warp = M rows x 8 n-tiles
+  static_assert(NTS == 1 || NTS % 2 == 0, "key tiling");
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t sQ = smem_addr(smem + SM::q), sKV = smem_addr(smem + SM::kv), sP = smem_addr(smem + SM::p);
+  float* s_red = reinterpret_cast<float*>(smem + SM::red);
+  float* s_alpha = reinterpret_cast<float*>(smem + SM::alpha);
+  float* s_row_m = reinterpret_cast<float*>(smem + SM::row_m);
+  float* s_row_l = reinterpret_cast<float*>(smem + SM::row_l);
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+  const int warp_m = warp / WN, warp_n = warp % WN;
+  const int4 cta = reinterpret_cast<const int4*>(s.ctas)[blockIdx.x];
+  const int count = cta.z;
+  if (count == 0) return;
+  const Job* jobs = reinterpret_cast<const Job*>(s.jobs);
+  const bf16* cache = static_cast<const bf16*>(p.cache);
+  const bf16* q = static_cast<const bf16*>(p.q);
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+
+  auto load_q = [&](const Job& job) {
+    for (int idx = tid; idx < M * kChunks; idx += kThreads) {
+      int r = idx / kChunks, c = idx - r * kChunks;
+      bool valid = r < job.num_rows;
+      const bf16* src = q;
+      if (valid) {
+        RowPlace rp = place_row(p, job, r);
+        src = q + rp.token * p.q_stride_t + rp.head * p.q_stride_h + c * 8;
+      }
+      cp_async16(sQ + swz(r, c, kChunks), src, valid);
+    }
+  };
+  // 4 threads a key row: the slot of this thread's key in tile `tl` of `jb` (-1 past the job's end).
+  auto slot_of = [&](const Job& jb, int tl) {
+    int key = tl * kBN + tid / 4;
+    return key < jb.num_keys ? p.kv_indices[p.kv_start[jb.seq] + key] : -1;
+  };
+  // Each thread 18 of its row's 72 chunks; rows past the job's end are zero-filled so that
+  // 0-probability columns never multiply garbage.
+  auto load_kv = [&](int slot, int stage) {
+    bool valid = slot >= 0;
+    const bf16* src = valid ? cache + int64_t(slot) * kD : cache;
+    uint32_t dst = sKV + stage * (kBN * kD * 2);
+#pragma unroll
+    for (int c = tid % 4; c < kChunks; c += 4) cp_async16(dst + swz(tid / 4, c, kChunks), src + c * 8, valid);
+  };
+  // The tile after next goes to L2 ahead of its cp.async: twice the bytes in flight without
+  // the shared memory of a third stage (a row is 9 lines of 128 bytes).
+  auto prefetch_kv = [&](int slot) {
+    if (slot < 0) return;
+    const char* row = reinterpret_cast<const char*>(cache + int64_t(slot) * kD);
+    for (int l = tid % 4; l < kD * 2 / 128; l += 4) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row + l * 128));
+  };
+  // The tile after (idx, jb, tl) in this CTA's run.
+  auto advance = [&](int& idx, Job& jb, int& tl) {
+    if (++tl == jb.num_tiles) jb = jobs[++idx], tl = 0;
+  };
+  static_assert(kThreads == 4 * kBN, "load_kv maps 4 threads to a key");
+
+  // Keys visible to this thread's two S rows (warp_m * 16 + g and + 8) in the current job.
+  auto visible_of = [&](const Job& job, int r) { return r < job.num_rows ? place_row(p, job, r).visible : 0; };
+
+  int job_idx = cta.x, tile = cta.y;
+  Job job = jobs[job_idx];
+  int vis[2] = {visible_of(job, warp_m * 16 + g), visible_of(job, warp_m * 16 + g + 8)};
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  float acc_o[MT][NTO][4];
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int nt = 0; nt < NTO; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mi][nt][e] = 0.f;
+
+  load_q(job);
+  load_kv(slot_of(job, tile), 0);
+  cp_async_commit();
+  int slot_next = -1;  // this thread's slot in the tile after the current one, loaded a tile early
+  if (count > 1) {
+    int i1 = job_idx, t1 = tile;
+    Job j1 = job;
+    advance(i1, j1, t1);
+    slot_next = slot_of(j1, t1);
+  }
+
+  for (int n = 0; n < count; ++n) {
+    const int stage = n & 1;
+    const bool job_ends = tile + 1 == job.num_tiles || n + 1 == count;
+    int next_idx = job_idx, next_tile = tile;
+    Job next = job;
+    int slot_after = -1;
+    if (n + 1 < count) {
+      advance(next_idx, next, next_tile);
+      load_kv(slot_next, stage ^ 1);
+      if (n + 2 < count) {
+        int i2 = next_idx, t2 = next_tile;
+        Job j2 = next;
+        advance(i2, j2, t2);
+        slot_after = slot_of(j2, t2);  // used after the S phase: its latency hides behind the MMAs
+      }
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+
+    // ---- S = Q K^T for rows warp_m*16.. and keys warp_n*KW.. of this tile
+    const uint32_t sK = sKV + stage * (kBN * kD * 2);
+    float acc_s[NTS][4];
+#pragma unroll
+    for (int nt = 0; nt < NTS; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[nt][e] = 0.f;
+#pragma unroll(MT == 1 ? 4 : 2)
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t a[4];
+      ldsm_x4(sQ + swz(warp_m * 16 + (lane & 15), kk * 2 + (lane >> 4), kChunks), a[0], a[1], a[2], a[3]);
+      if constexpr (NTS == 1) {
+        uint32_t b0, b1;
+        ldsm_x2(sK + swz(warp_n * KW + (lane & 7), kk * 2 + ((lane >> 3) & 1), kChunks), b0, b1);
+        mma_bf16(acc_s[0], a, b0, b1);
+      } else {
+#pragma unroll
+        for (int np = 0; np < NTS / 2; ++np) {
+          uint32_t b[4];
+          int mat = lane >> 3;
+          ldsm_x4(sK + swz(warp_n * KW + np * 16 + (mat >> 1) * 8 + (lane & 7), kk * 2 + (mat & 1), kChunks), b[0],
+                  b[1], b[2], b[3]);
+          mma_bf16(acc_s[2 * np], a, b[0], b[1]);
+          mma_bf16(acc_s[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    }
+
+    prefetch_kv(slot_after);
+    slot_next = slot_after;
+
+    // ---- online softmax (log2 domain); c[0..1] are row g, c[2..3] row g + 8
+    const int key0 = tile * kBN + warp_n * KW;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < NTS; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int key = key0 + nt * 8 + 2 * t4 + (e & 1);
+        float v = key < vis[e >> 1] ? acc_s[nt][e] * scale_log2 : -INFINITY;
+        acc_s[nt][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
+      if (t4 == 0) s_red[warp_n * M + warp_m * 16 + g + 8 * h] = mx[h];
+    }
+    __syncthreads();
+    float m_use[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int r = warp_m * 16 + g + 8 * h;
+      float tm = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < WN; ++w) tm = fmaxf(tm, s_red[w * M + r]);
+      float m_new = fmaxf(m_run[h], tm);
+      m_use[h] = m_new == -INFINITY ? 0.f : m_new;  // a row with no key yet: keep everything 0
+      float alpha = exp2f(m_run[h] - m_use[h]);
+      m_run[h] = m_new;
+      l_run[h] *= alpha;
+      if (warp_n == 0 && t4 == 0) s_alpha[r] = alpha;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NTS; ++nt) {
+      float p0 = exp2f(acc_s[nt][0] - m_use[0]), p1 = exp2f(acc_s[nt][1] - m_use[0]);
+      float p2 = exp2f(acc_s[nt][2] - m_use[1]), p3 = exp2f(acc_s[nt][3] - m_use[1]);
+      l_run[0] += p0 + p1;
+      l_run[1] += p2 + p3;
+      int col = warp_n * KW + nt * 8 + 2 * t4, r = warp_m * 16 + g;
+      uint8_t* base = smem + SM::p;
+      *reinterpret_cast<uint32_t*>(base + swz(r, col / 8, kBN / 8) + (col % 8) * 2) = pack_bf16(p0, p1);
+      *reinterpret_cast<uint32_t*>(base + swz(r + 8, col / 8, kBN / 8) + (col % 8) * 2) = pack_bf16(p2, p3);
+    }
+    __syncthreads();
+
+    // ---- O = O * alpha + P V for all M rows and this warp's 64 columns
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) {
+      float a0 = s_alpha[mi * 16 + g], a1 = s_alpha[mi * 16 + g + 8];
+#pragma unroll
+      for (int nt = 0; nt < NTO; ++nt) {
+        acc_o[mi][nt][0] *= a0;
+        acc_o[mi][nt][1] *= a0;
+        acc_o[mi][nt][2] *= a1;
+        acc_o[mi][nt][3] *= a1;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < kBN / 16; ++ks) {
+      uint32_t b[NTO][2];
+#pragma unroll
+      for (int np = 0; np < NTO / 2; ++np) {
+        int mat = lane >> 3, key = ks * 16 + (mat & 1) * 8 + (lane & 7);
+        int chunk = warp * NTO + np * 2 + (mat >> 1);
+        ldsm_x4_t(sK + swz(key, chunk, kChunks), b[2 * np][0], b[2 * np][1], b[2 * np + 1][0], b[2 * np + 1][1]);
+      }
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+        uint32_t a[4];
+        ldsm_x4(sP + swz(mi * 16 + (lane & 15), ks * 2 + (lane >> 4), kBN / 8), a[0], a[1], a[2], a[3]);
+#pragma unroll
+        for (int nt = 0; nt < NTO; ++nt) mma_bf16(acc_o[mi][nt], a, b[nt][0], b[nt][1]);
+      }
+    }
+
+    if (job_ends) {
+      // Row sums: the quad, then the key-warps through shared memory.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float l = l_run[h];
+        l += __shfl_xor_sync(0xffffffff, l, 1);
+        l += __shfl_xor_sync(0xffffffff, l, 2);
+        if (t4 == 0) s_red[warp_n * M + warp_m * 16 + g + 8 * h] = l;
+      }
+      __syncthreads();
+      if (warp_n == 0 && t4 == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          int r = warp_m * 16 + g + 8 * h;
+          float l = 0;
+          for (int w = 0; w < WN; ++w) l += s_red[w * M + r];
+          s_row_l[r] = l;
+          s_row_m[r] = m_run[h];
+        }
+      }
+      __syncthreads();
+      const bool split = job.num_splits > 1;
+      const int slot = job.split_offset + int(blockIdx.x) - job.first_cta;
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          int r = mi * 16 + g + 8 * h;
+          if (r >= job.num_rows) continue;
+          float l = s_row_l[r], inv = l > 0 ? 1.f / l : 0.f;
+          if (!split) {
+            RowPlace rp = place_row(p, job, r);
+            bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h;
+#pragma unroll
+            for (int nt = 0; nt < NTO; ++nt) {
+              int col = warp * NTO * 8 + nt * 8 + 2 * t4;
+              *reinterpret_cast<__nv_bfloat162*>(dst + col) =
+                  __floats2bfloat162_rn(acc_o[mi][nt][2 * h] * inv, acc_o[mi][nt][2 * h + 1] * inv);
+            }
+          } else {
+            float* dst = s.partial_o + (int64_t(slot) * M + r) * kL;
+#pragma unroll
+            for (int nt = 0; nt < NTO; ++nt) {
+              int col = warp * NTO * 8 + nt * 8 + 2 * t4;
+              *reinterpret_cast<float2*>(dst + col) =
+                  make_float2(acc_o[mi][nt][2 * h] * inv, acc_o[mi][nt][2 * h + 1] * inv);
+            }
+            if (warp == 0 && t4 == 0)
+              s.partial_lse[int64_t(slot) * M + r] = l > 0 ? s_row_m[r] + log2f(l) : -INFINITY;
+          }
+        }
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int nt = 0; nt < NTO; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_o[mi][nt][e] = 0.f;
+      m_run[0] = m_run[1] = -INFINITY;
+      l_run[0] = l_run[1] = 0.f;
+      if (n + 1 < count) {
+        // sQ is no longer read (the S phase is behind two barriers): bring the next job's queries.
+        load_q(next);
+        cp_async_commit();
+        cp_async_wait<0>();
+        vis[0] = visible_of(next, warp_m * 16 + g);
+        vis[1] = visible_of(next, warp_m * 16 + g + 8);
+      }
+    }
+    __syncthreads();  // the stage just read is refilled next iteration; sQ / s_red settle
+    job = next;
+    job_idx = next_idx;
+    tile = next_tile;
+  }
+}
+
+// ---- combine ---------------------------------------------------------------------------------
+
+// One block per (job, row): out = sum_k w_k o_k / sum_k w_k with w_k = 2^(lse_k - max).
+template <int MT>
+__global__ void __launch_bounds__(kCombineThreads) mla_decode_combine_kernel(MlaDecodeParams p, MlaDecodeSchedule s) {
+  constexpr int M = 16 * MT;
+  const int j = blockIdx.x, r = blockIdx.y;
+  if (j >= *s.num_jobs) return;
+  const Job job = reinterpret_cast<const Job*>(s.jobs)[j];
+  if (job.num_splits <= 1 || r >= job.num_rows) return;
+  const float* lse = s.partial_lse + int64_t(job.split_offset) * M + r;
+  float mx = -INFINITY;
+#pragma unroll 8
+  for (int k = 0; k < job.num_splits; ++k) mx = fmaxf(mx, lse[int64_t(k) * M]);
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float sum = 0;
+  const int col = threadIdx.x * 4;
+#pragma unroll 4
+  for (int k = 0; k < job.num_splits; ++k) {
+    float lk = lse[int64_t(k) * M];
+    if (lk == -INFINITY) continue;
+    float w = exp2f(lk - mx);
+    float4 o = *reinterpret_cast<const float4*>(s.partial_o + ((int64_t(job.split_offset) + k) * M + r) * kL + col);
+    sum += w;
+    acc.x += w * o.x, acc.y += w * o.y, acc.z += w * o.z, acc.w += w * o.w;
+  }
+  float inv = sum > 0 ? 1.f / sum : 0.f;
+  RowPlace rp = place_row(p, job, r);
+  bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h + col;
+  reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+}
+
+template <int MT>
+void run_mt(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
+  constexpr size_t smem = Smem<MT>::bytes;
+  static bool configured = false;  // per device in practice: one GPU per process here
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    configured = true;
+  }
+  mla_decode_kernel<MT><<<s.num_ctas, kThreads, smem, stream>>>(p, s);
+  CUDA_CHECK_LAUNCH();
+  mla_decode_combine_kernel<MT><<<dim3(s.max_jobs, 16 * MT), kCombineThreads, 0, stream>>>(p, s);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+size_t mla_decode_smem_bytes(int m_tiles) { return m_tiles == 4 ? Smem<4>::bytes : Smem<1>::bytes; }
+
+void launch_mla_decode_plan(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
+  mla_decode_plan_kernel<<<1, 32, 0, stream>>>(p, s);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
+  if (s.m_tiles == 4)
+    run_mt<4>(p, s, stream);
+  else
+    run_mt<1>(p, s, stream);
+}
+
+}  // namespace mlaserve::cuda

@@ -1,0 +1,87 @@
+// MLA decode attention in absorbed form over the paged latent cache (mla_decode.cu).
+//
+// Every query head attends over the one shared latent KV head (576 = 512 c_kv + 64 k_pe wide), so a
+// block takes many query rows at once (a row is one (query token, head) pair of one sequence) and
+// reads each cache row once for all of them, on tensor cores (mma.sync m16n8k16 BF16, fp32
+// accumulation, online softmax in fp32). The work is split plan / run:
+//   plan: a one-thread kernel reads seq_lens and query_start (on the device) and cuts the batch into
+//         jobs (one sequence x up to 16 * m_tiles rows) of 64-key tiles, then hands every persistent
+//         block (one per SM) an equal, contiguous run of tiles; a job cut between blocks leaves
+//         fp32 partials that a combine kernel merges by their log-sum-exp.
+//   run:  the attention kernel and the combine kernel; their grids depend only on the batch's
+//         shape (tokens, seqs, heads), never on its lengths, so a CUDA graph can replay them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mlaserve::cuda {
+
+constexpr int kMlaLatentDim = 512;  // c_kv: the value part of a cache row
+constexpr int kMlaKvDim = 576;      // c_kv + k_pe
+constexpr int kMlaBlockKeys = 64;   // keys per tile
+
+struct MlaDecodeParams {
+  const void* q;            // [T, H, 576] BF16, strides (q_stride_t, q_stride_h, 1) in elements
+  int64_t q_stride_t, q_stride_h;
+  const void* cache;        // [num_slots, 576] BF16, contiguous
+  const int32_t* kv_indices;   // [sum(seq_lens)] cache slot of each token of each seq
+  const int32_t* kv_start;     // [num_seqs + 1] offsets into kv_indices
+  const int32_t* seq_lens;     // [num_seqs] keys in the cache per seq
+  const int32_t* query_start;  // [num_seqs + 1] offsets of each seq's queries in T
+  void* out;                // [T, H, 512] BF16, strides (out_stride_t, out_stride_h, 1)
+  int64_t out_stride_t, out_stride_h;
+  int num_seqs, num_heads;
+  float scale;  // softmax scale of q·k
+};
+
+// Device view of a plan's buffers (all written by the plan kernel).
+struct MlaDecodeSchedule {
+  int32_t* jobs;         // [max_jobs, 8]: seq, row0, num_rows, num_tiles, num_keys, first_cta, num_splits, split_offset
+  int32_t* ctas;         // [num_ctas, 4]: first job, first tile in it, number of tiles, unused
+  int32_t* num_jobs;     // [1]
+  float* partial_o;      // [max_partials, rows_per_job, 512]: normalized partial outputs
+  float* partial_lse;    // [max_partials, rows_per_job]: log2-sum-exp2 of the scaled scores
+  int max_jobs = 0, num_ctas = 0, m_tiles = 1;  // rows per job = 16 * m_tiles
+};
+
+void launch_mla_decode_plan(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream);
+void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream);
+// Dynamic shared memory of the attention kernel for `m_tiles` (1 or 4).
+size_t mla_decode_smem_bytes(int m_tiles);
+
+// The persistent plan buffers of one backend, sized for the largest batch seen (they only grow:
+// plan the largest batch before capturing graphs, since growing reallocates).
+class MlaDecodePlan {
+ public:
+  explicit MlaDecodePlan(int device);
+  ~MlaDecodePlan();
+  MlaDecodePlan(const MlaDecodePlan&) = delete;
+  MlaDecodePlan& operator=(const MlaDecodePlan&) = delete;
+
+  // Schedules the batch of `p` (T query tokens) with a kernel on `stream`, unless batch_id is
+  // nonzero and names the batch planned last with the same shape and metadata tensors.
+  void plan(const MlaDecodeParams& p, int64_t num_tokens, int64_t batch_id, cudaStream_t stream);
+  // Launches attention (and the combine) of the planned batch.
+  void run(const MlaDecodeParams& p, cudaStream_t stream) const;
+
+  int force_m_tiles = 0;  // tests: 1 or 4 fixes the rows per job; 0 picks by shape
+  int planned_ctas() const { return sched_.num_ctas; }
+
+ private:
+  void reserve(int64_t max_jobs, int64_t partial_rows);
+
+  int num_sms_ = 0;
+  MlaDecodeSchedule sched_{};
+  int32_t* plan_buf_ = nullptr;  // jobs, ctas and num_jobs in one allocation
+  float* partial_buf_ = nullptr;
+  int64_t cap_jobs_ = 0, cap_partial_rows_ = 0;
+  // What the last plan was made for.
+  int64_t batch_id_ = 0, tokens_ = -1, seqs_ = -1, heads_ = -1;
+  const void* seq_lens_ = nullptr;
+  const void* query_start_ = nullptr;
+};
+
+}  // namespace mlaserve::cuda

@@ -1,0 +1,349 @@
+// MLA prefill attention, flash-attention 2 style on mma.sync (m16n8k16 BF16, fp32 accumulators).
+//
+// One block = (query tile of kBM rows, head, seq). Each warp owns 16 * kMRep query rows. The Q tile
+// stays in shared memory; key/value tiles of kBN rows are double-buffered with cp.async while the
+// previous tile is multiplied. Per tile: S = Q·K^T (K row = [k_nope of the head | k_pe shared by all
+// heads], 192 wide), causal mask, online softmax in fp32 (exp2 with the scale folded in), then
+// O += P·V with P re-packed from the S accumulators as the A operand (no shared-memory round trip).
+//
+// Shared tiles are row-major with 16-byte chunks XOR-swizzled by (row & 7), so the 8 row addresses
+// of every ldmatrix phase fall on distinct bank groups (rows are 384 or 256 bytes: without the
+// swizzle all rows would start on bank 0).
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/mla_prefill.h"
+
+namespace mlaserve::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kDqk = kMlaNope + kMlaRope;  // 192
+constexpr int kDv = kMlaV;                 // 128
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; invalid rows are zero-filled (src-size 0) so masked keys never feed NaN
+// into 0 * V.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += a · b: a 16x16 row-major (4 regs), b 16x8 column-major (2 regs), d 16x8 fp32.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^x on the special-function unit; -inf gives 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Element offset of (row, col) in a swizzled row-major tile W elements wide; col is a multiple of 8.
+template <int W>
+__device__ __forceinline__ int swz(int row, int col) {
+  return row * W + ((((col >> 3) ^ (row & 7))) << 3);
+}
+
+template <int kWarps, int kMRep, int kBN>
+struct Tile {
+  static constexpr int kBM = 16 * kMRep * kWarps;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr size_t kSmem = size_t(kBM * kDqk + 2 * kBN * (kDqk + kDv)) * sizeof(bf16);
+};
+
+// kQRegs: Q fragments are loaded once into registers (only affordable with kMRep == 1), which
+// cuts the shared-memory reads of each tile by the Q tile.
+template <int kWarps, int kMRep, int kBN, bool kQRegs>
+__global__ void __launch_bounds__(32 * kWarps, 1) mla_prefill_kernel(const MlaPrefillParams p) {
+  using Cfg = Tile<kWarps, kMRep, kBN>;
+  constexpr int kBM = Cfg::kBM, kThreads = Cfg::kThreads;
+  const int seq = blockIdx.z, head = blockIdx.y;
+  const int q0 = p.query_start[seq], nq = p.query_start[seq + 1] - q0;
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;  // the late (longest) query tiles start first
+  if (m0 >= nq) return;
+  const int seq_len = p.seq_lens[seq], k_base = p.kv_start[seq];
+  const int prefix = seq_len - nq;
+  const int rows = min(kBM, nq - m0);
+  const int kv_end = prefix + m0 + rows;  // keys [0, kv_end) are seen by some query of the tile
+  const int num_tiles = (kv_end + kBN - 1) / kBN;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // [kBM, 192]
+  bf16* sK = sQ + kBM * kDqk;                    // [2][kBN, 192]
+  bf16* sV = sK + 2 * kBN * kDqk;                // [2][kBN, 128]
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  const bf16* qg = static_cast<const bf16*>(p.q) + int64_t(q0 + m0) * p.q_st0 + int64_t(head) * p.q_st1;
+  for (int i = tid; i < kBM * (kDqk / 8); i += kThreads) {
+    int r = i / (kDqk / 8), c = (i % (kDqk / 8)) * 8;
+    bool ok = r < rows;
+    cp_async16(smem_u32(sQ + swz<kDqk>(r, c)), qg + (ok ? int64_t(r) * p.q_st0 + c : 0), ok);
+  }
+  const bf16* kvg = static_cast<const bf16*>(p.kv) + int64_t(head) * p.kv_st1;
+  const bf16* kpe = static_cast<const bf16*>(p.k_pe);
+  auto load_kv = [&](int tile, int stage) {
+    bf16* k_s = sK + stage * kBN * kDqk;
+    bf16* v_s = sV + stage * kBN * kDv;
+    for (int i = tid; i < kBN * (kDqk / 8); i += kThreads) {
+      int r = i / (kDqk / 8), c = (i % (kDqk / 8)) * 8, key = tile * kBN + r;
+      bool ok = key < kv_end;
+      int64_t row = k_base + (ok ? key : 0);
+      const bf16* src = c < kMlaNope ? kvg + row * p.kv_st0 + c : kpe + row * p.kpe_st0 + (c - kMlaNope);
+      cp_async16(smem_u32(k_s + swz<kDqk>(r, c)), src, ok);
+    }
+    for (int i = tid; i < kBN * (kDv / 8); i += kThreads) {
+      int r = i / (kDv / 8), c = (i % (kDv / 8)) * 8, key = tile * kBN + r;
+      bool ok = key < kv_end;
+      int64_t row = k_base + (ok ? key : 0);
+      cp_async16(smem_u32(v_s + swz<kDv>(r, c)), kvg + row * p.kv_st0 + kMlaNope + c, ok);
+    }
+  };
+  load_kv(0, 0);
+  cp_async_commit();
+
+  const int wrow = warp * 16 * kMRep;
+  float acc_o[kMRep][kDv / 8][4];
+  float m_i[kMRep][2], l_i[kMRep][2];
+#pragma unroll
+  for (int mr = 0; mr < kMRep; ++mr) {
+#pragma unroll
+    for (int d = 0; d < kDv / 8; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mr][d][e] = 0.0f;
+    m_i[mr][0] = m_i[mr][1] = -INFINITY;
+    l_i[mr][0] = l_i[mr][1] = 0.0f;
+  }
+  const float sl2 = p.scale * 1.4426950408889634f;  // scores in log2 units
+  uint32_t qf[kQRegs ? kMRep : 1][kQRegs ? kDqk / 16 : 1][4];
+  if constexpr (kQRegs) {
+    cp_async_wait_all();
+    __syncthreads();
+#pragma unroll
+    for (int mr = 0; mr < kMRep; ++mr)
+#pragma unroll
+      for (int kk = 0; kk < kDqk / 16; ++kk)
+        ldsm_x4(qf[mr][kk], smem_u32(sQ + swz<kDqk>(wrow + mr * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8)));
+  }
+
+  for (int t = 0; t < num_tiles; ++t) {
+    cp_async_wait_all();
+    __syncthreads();  // tile t landed for all; everyone is done with tile t-1's buffer
+    if (t + 1 < num_tiles) load_kv(t + 1, (t + 1) & 1);
+    cp_async_commit();
+    const bf16* k_s = sK + (t & 1) * kBN * kDqk;
+    const bf16* v_s = sV + (t & 1) * kBN * kDv;
+
+    // S = Q · K^T over the 192-wide head dim.
+    float acc_s[kMRep][kBN / 8][4];
+#pragma unroll
+    for (int mr = 0; mr < kMRep; ++mr)
+#pragma unroll
+      for (int n = 0; n < kBN / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_s[mr][n][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kDqk / 16; ++kk) {
+      uint32_t a[kMRep][4];
+#pragma unroll
+      for (int mr = 0; mr < kMRep; ++mr) {
+        if constexpr (kQRegs) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[mr][e] = qf[mr][kk][e];
+        } else {
+          ldsm_x4(a[mr], smem_u32(sQ + swz<kDqk>(wrow + mr * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8)));
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < kBN / 16; ++np) {
+        uint32_t b[4];
+        ldsm_x4(b, smem_u32(k_s + swz<kDqk>(np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                             kk * 16 + ((lane >> 3) & 1) * 8)));
+#pragma unroll
+        for (int mr = 0; mr < kMRep; ++mr) {
+          mma_bf16(acc_s[mr][2 * np], a[mr], b[0], b[1]);
+          mma_bf16(acc_s[mr][2 * np + 1], a[mr], b[2], b[3]);
+        }
+      }
+    }
+
+    // Causal mask: key > prefix + row is hidden. Only tiles reaching past the tile's first query.
+    const int n0 = t * kBN;
+    if (n0 + kBN - 1 > prefix + m0) {
+#pragma unroll
+      for (int mr = 0; mr < kMRep; ++mr)
+#pragma unroll
+        for (int n = 0; n < kBN / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            int row = m0 + wrow + mr * 16 + (lane >> 2) + (e >= 2 ? 8 : 0);
+            int key = n0 + n * 8 + (lane & 3) * 2 + (e & 1);
+            if (key > prefix + row) acc_s[mr][n][e] = -INFINITY;
+          }
+    }
+
+    // Online softmax. A thread holds rows g and g + 8 of each 16-row slab; a row's 4 owners are
+    // one quad of lanes. The running max m_i (log2 units) moves only when a score passes it by more
+    // than kLazy, so p <= 2^kLazy and O and l share one stale base exactly; most tiles then skip
+    // the rescale of O (the branch is warp-uniform).
+    constexpr float kLazy = 8.0f;
+    float cand[kMRep][2];
+    bool need = false;
+#pragma unroll
+    for (int mr = 0; mr < kMRep; ++mr) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kBN / 8; ++n) mx = fmaxf(mx, fmaxf(acc_s[mr][n][2 * hh], acc_s[mr][n][2 * hh + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        cand[mr][hh] = mx * sl2;
+        need |= cand[mr][hh] > m_i[mr][hh] + kLazy;
+      }
+    }
+    if (__any_sync(0xffffffff, need)) {
+#pragma unroll
+      for (int mr = 0; mr < kMRep; ++mr) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          float m_new = fmaxf(m_i[mr][hh], cand[mr][hh]);
+          float corr = m_new == -INFINITY ? 1.0f : fast_exp2(m_i[mr][hh] - m_new);
+          m_i[mr][hh] = m_new;
+          l_i[mr][hh] *= corr;
+#pragma unroll
+          for (int d = 0; d < kDv / 8; ++d) {
+            acc_o[mr][d][2 * hh] *= corr;
+            acc_o[mr][d][2 * hh + 1] *= corr;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int mr = 0; mr < kMRep; ++mr) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float base = m_i[mr][hh] == -INFINITY ? 0.0f : m_i[mr][hh];
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kBN / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float pv = fast_exp2(fmaf(acc_s[mr][n][2 * hh + e], sl2, -base));
+            acc_s[mr][n][2 * hh + e] = pv;
+            sum += pv;
+          }
+        l_i[mr][hh] += sum;
+      }
+    }
+
+    // O += P · V; P's accumulator layout is exactly the A-operand layout of the next mma.
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      uint32_t a[kMRep][4];
+#pragma unroll
+      for (int mr = 0; mr < kMRep; ++mr) {
+        a[mr][0] = pack_bf16(acc_s[mr][2 * kk][0], acc_s[mr][2 * kk][1]);
+        a[mr][1] = pack_bf16(acc_s[mr][2 * kk][2], acc_s[mr][2 * kk][3]);
+        a[mr][2] = pack_bf16(acc_s[mr][2 * kk + 1][0], acc_s[mr][2 * kk + 1][1]);
+        a[mr][3] = pack_bf16(acc_s[mr][2 * kk + 1][2], acc_s[mr][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kDv / 16; ++dp) {
+        uint32_t b[4];
+        ldsm_x4_trans(b, smem_u32(v_s + swz<kDv>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                                  dp * 16 + ((lane >> 4) << 3))));
+#pragma unroll
+        for (int mr = 0; mr < kMRep; ++mr) {
+          mma_bf16(acc_o[mr][2 * dp], a[mr], b[0], b[1]);
+          mma_bf16(acc_o[mr][2 * dp + 1], a[mr], b[2], b[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait_all();
+
+  // O / l, rows of this tile only.
+#pragma unroll
+  for (int mr = 0; mr < kMRep; ++mr) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float l = l_i[mr][hh];
+      l += __shfl_xor_sync(0xffffffff, l, 1);
+      l += __shfl_xor_sync(0xffffffff, l, 2);
+      float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      int r = wrow + mr * 16 + (lane >> 2) + hh * 8;
+      if (r < rows) {
+        bf16* o = static_cast<bf16*>(p.out) + int64_t(q0 + m0 + r) * p.o_st0 + int64_t(head) * p.o_st1 +
+                  (lane & 3) * 2;
+#pragma unroll
+        for (int d = 0; d < kDv / 8; ++d)
+          *reinterpret_cast<uint32_t*>(o + d * 8) = pack_bf16(acc_o[mr][d][2 * hh] * inv, acc_o[mr][d][2 * hh + 1] * inv);
+      }
+    }
+  }
+}
+
+template <int kWarps, int kMRep, int kBN, bool kQRegs>
+void launch_config(const MlaPrefillParams& p, cudaStream_t stream) {
+  using Cfg = Tile<kWarps, kMRep, kBN>;
+  auto kernel = mla_prefill_kernel<kWarps, kMRep, kBN, kQRegs>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::kSmem)));
+  dim3 grid((p.max_queries + Cfg::kBM - 1) / Cfg::kBM, p.num_heads, p.num_seqs);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+struct Config {
+  const char* name;
+  void (*launch)(const MlaPrefillParams&, cudaStream_t);
+};
+
+const Config kConfigs[] = {
+    {"w8 m32 n32", launch_config<8, 2, 32, false>},  // the fastest of these on an H200
+    {"w4 m32 n32", launch_config<4, 2, 32, false>},
+    {"w8 m16 n64", launch_config<8, 1, 64, false>},
+    {"w4 m32 n64", launch_config<4, 2, 64, false>},
+    {"w8 m16 n64 qreg", launch_config<8, 1, 64, true>},
+    {"w4 m16 n64 qreg", launch_config<4, 1, 64, true>},
+};
+
+}  // namespace
+
+int mla_prefill_num_configs() { return int(sizeof(kConfigs) / sizeof(kConfigs[0])); }
+const char* mla_prefill_config_name(int config) { return kConfigs[config].name; }
+
+void launch_mla_prefill(const MlaPrefillParams& p, cudaStream_t stream) {
+  if (p.max_queries <= 0 || p.num_seqs <= 0 || p.num_heads <= 0) return;
+  MLA_CHECK(p.config >= 0 && p.config < mla_prefill_num_configs(), "mla_prefill: no tile configuration {}", p.config);
+  kConfigs[p.config].launch(p, stream);
+}
+
+}  // namespace mlaserve::cuda

@@ -1,0 +1,188 @@
+// MoeRunner: picks the decode kernels or the sorted per-expert GEMM path, and owns what they need.
+#include "kernels/cuda/moe_experts.h"
+
+#include <map>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm_runner.h"
+
+namespace mlaserve::cuda {
+
+namespace {
+
+// A device buffer that only grows (growing frees the old one, which synchronizes the device).
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  void* ensure(size_t n) {
+    if (n > bytes) {
+      if (ptr) CUDA_CHECK(cudaFree(ptr));
+      ptr = nullptr;
+      CUDA_CHECK(cudaMalloc(&ptr, n));
+      bytes = n;
+    }
+    return ptr;
+  }
+  ~DeviceBuffer() {
+    if (ptr) cudaFree(ptr);
+  }
+};
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+struct MoeRunner::State {
+  // One layer's pointer table: host copy (to recognise the list) and device copy [gate | up | down].
+  struct Table {
+    std::vector<const void*> host;
+    DeviceBuffer dev;
+    bool aligned = true;
+    int32_t H = 0, I = 0;
+  };
+  std::map<const void*, Table> tables;
+  DeviceBuffer act, y, xs, gu, offsets, sorted, pos;
+  int32_t* host_offsets = nullptr;  // pinned [kMaxExperts + 1]
+  std::vector<cudaStream_t> streams;
+  std::vector<cudaEvent_t> done;
+  std::vector<std::unique_ptr<GemmRunner>> gemms;
+  cudaEvent_t fork = nullptr;
+
+  ~State() {
+    for (auto s : streams) cudaStreamDestroy(s);
+    for (auto e : done) cudaEventDestroy(e);
+    if (fork) cudaEventDestroy(fork);
+    if (host_offsets) cudaFreeHost(host_offsets);
+  }
+
+  static bool same(const Table& t, const Experts& ex) {
+    size_t E = ex.gate.size();
+    bool same = t.host.size() == 3 * E;
+    for (size_t e = 0; same && e < E; ++e)
+      same = t.host[e] == ex.gate[e] && t.host[E + e] == ex.up[e] && t.host[2 * E + e] == ex.down[e];
+    return same;
+  }
+
+  Table& table(const Experts& ex, cudaStream_t stream) {
+    Table& t = tables[ex.key];
+    if (!same(t, ex)) {
+      t.host.clear();
+      t.host.insert(t.host.end(), ex.gate.begin(), ex.gate.end());
+      t.host.insert(t.host.end(), ex.up.begin(), ex.up.end());
+      t.host.insert(t.host.end(), ex.down.begin(), ex.down.end());
+      t.aligned = true;
+      for (const void* p : t.host) t.aligned = t.aligned && aligned16(p);
+      t.dev.ensure(t.host.size() * sizeof(void*));
+      // t.host outlives the copy: it stays in the map until the next rebuild of this key.
+      CUDA_CHECK(cudaMemcpyAsync(t.dev.ptr, t.host.data(), t.host.size() * sizeof(void*), cudaMemcpyHostToDevice,
+                                 stream));
+    }
+    return t;
+  }
+
+  // Side streams wait for `main`'s work so far; `join` makes main wait for theirs.
+  void fork_from(cudaStream_t main) {
+    CUDA_CHECK(cudaEventRecord(fork, main));
+    for (auto s : streams) CUDA_CHECK(cudaStreamWaitEvent(s, fork, 0));
+  }
+  void join_into(cudaStream_t main) {
+    for (size_t i = 0; i < streams.size(); ++i) {
+      CUDA_CHECK(cudaEventRecord(done[i], streams[i]));
+      CUDA_CHECK(cudaStreamWaitEvent(main, done[i], 0));
+    }
+  }
+};
+
+MoeRunner::MoeRunner() : st_(std::make_unique<State>()) {
+  CUDA_CHECK(cudaMallocHost(&st_->host_offsets, 257 * sizeof(int32_t)));
+  CUDA_CHECK(cudaEventCreateWithFlags(&st_->fork, cudaEventDisableTiming));
+}
+
+MoeRunner::~MoeRunner() = default;
+
+bool MoeRunner::knows(const Experts& ex, int32_t H, int32_t I) const {
+  auto it = st_->tables.find(ex.key);
+  return it != st_->tables.end() && it->second.H == H && it->second.I == I && State::same(it->second, ex);
+}
+
+void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_t* ids, const float* weights,
+                    int64_t w_ld, int32_t T, int32_t k, int32_t H, int32_t I, void* out, int64_t out_ld,
+                    GemmRunner& gemm, cudaStream_t stream) {
+  const int32_t E = int32_t(ex.gate.size()), P = T * k;
+  State::Table& tb = st_->table(ex, stream);
+  tb.H = H;
+  tb.I = I;
+  if (T == 0) return;
+  auto dptr = static_cast<const void* const*>(tb.dev.ptr);
+  bool decode = P <= decode_max_pairs && P <= kMoeDecodeMaxPairs && E <= 256 && H % 8 == 0 && I % 8 == 0 &&
+                x_ld % 8 == 0 && aligned16(x) && tb.aligned;
+  if (decode) {
+    MoeDecodeParams p{x, x_ld, ids, dptr, dptr + E, dptr + 2 * E,
+                      st_->act.ensure(size_t(P) * I * 2), static_cast<float*>(st_->y.ensure(size_t(P) * H * 4)),
+                      T, k, E, H, I};
+    launch_moe_decode_gate_up(p, stream);
+    launch_moe_decode_down(p, stream);
+    launch_moe_combine(p.y, true, nullptr, weights, w_ld, T, k, H, out, out_ld, stream);
+    return;
+  }
+
+  // Prefill: sort the pairs by expert on the device; the host needs the counts to size the GEMMs.
+  auto offsets = static_cast<int32_t*>(st_->offsets.ensure(size_t(E + 1) * 4));
+  auto sorted = static_cast<int32_t*>(st_->sorted.ensure(size_t(P) * 4));
+  auto pos = static_cast<int32_t*>(st_->pos.ensure(size_t(P) * 4));
+  launch_moe_align(ids, P, E, offsets, sorted, pos, stream);
+  CUDA_CHECK(cudaMemcpyAsync(st_->host_offsets, offsets, size_t(E + 1) * 4, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int32_t* off = st_->host_offsets;
+  const int32_t routed = off[E];
+  auto xs = static_cast<char*>(st_->xs.ensure(size_t(std::max(routed, 1)) * H * 2));
+  auto gu = static_cast<char*>(st_->gu.ensure(size_t(std::max(routed, 1)) * 2 * I * 2));
+  auto act = static_cast<char*>(st_->act.ensure(size_t(std::max(routed, 1)) * I * 2));
+  auto y = static_cast<char*>(st_->y.ensure(size_t(std::max(routed, 1)) * H * 2));
+  launch_moe_gather(x, x_ld, sorted, routed, k, H, xs, stream);
+
+  while (int(st_->streams.size()) + 1 < num_streams) {
+    cudaStream_t s;
+    cudaEvent_t e;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    st_->streams.push_back(s);
+    st_->done.push_back(e);
+    st_->gemms.push_back(std::make_unique<GemmRunner>(size_t(8) << 20));
+  }
+  int nstreams = int(st_->streams.size()) + 1;
+  // Expert e's GEMMs go to stream (its rank among the touched experts) % nstreams; 0 is `stream`.
+  auto on = [&](int i, auto&& fn) {
+    if (i == 0)
+      fn(gemm, stream);
+    else
+      fn(*st_->gemms[i - 1], st_->streams[i - 1]);
+  };
+  st_->fork_from(stream);
+  for (int32_t e = 0, n_used = 0; e < E; ++e) {
+    int32_t n = off[e + 1] - off[e];
+    if (n == 0) continue;
+    on(n_used++ % nstreams, [&](GemmRunner& g, cudaStream_t s) {
+      const char* xe = xs + size_t(off[e]) * H * 2;
+      char* ge = gu + size_t(off[e]) * 2 * I * 2;
+      g.bf16_nt(xe, H, tb.host[e], H, ge, 2 * I, false, n, I, H, s);
+      g.bf16_nt(xe, H, tb.host[E + e], H, ge + size_t(I) * 2, 2 * I, false, n, I, H, s);
+    });
+  }
+  st_->join_into(stream);
+  launch_silu_and_mul(gu, 2 * I, gu + size_t(I) * 2, 2 * I, act, I, routed, I, stream);
+  st_->fork_from(stream);
+  for (int32_t e = 0, n_used = 0; e < E; ++e) {
+    int32_t n = off[e + 1] - off[e];
+    if (n == 0) continue;
+    on(n_used++ % nstreams, [&](GemmRunner& g, cudaStream_t s) {
+      g.bf16_nt(act + size_t(off[e]) * I * 2, I, tb.host[2 * E + e], I, y + size_t(off[e]) * H * 2, H, false, n, H,
+                I, s);
+    });
+  }
+  st_->join_into(stream);
+  launch_moe_combine(y, false, pos, weights, w_ld, T, k, H, out, out_ld, stream);
+}
+
+}  // namespace mlaserve::cuda

@@ -1,0 +1,326 @@
+// Kernels of the routed experts (see moe_experts.h for the two paths).
+//
+// Decode kernels: grid (row tiles, active-expert slots). Each block finds the slot's expert from
+// the ids (a bitmask of touched experts in smem, no host round trip) and that expert's pairs in
+// pair order, then its warps stream whole weight rows with 16-byte loads and dot them with up to
+// kTok token rows at once, so every touched weight byte is read from memory once per 8 tokens.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/moe_experts.h"
+
+namespace mlaserve::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kMaxExperts = 256;  // the touched-expert bitmask has 8 words
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kRowsPerWarp = 2, kRowsPerBlock = kWarps * kRowsPerWarp;
+constexpr int kTok = 8;  // token rows dotted with each weight row per pass
+
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
+  const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    float2 a = __bfloat1622float2(wp[q]), b = __bfloat1622float2(xp[q]);
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+  }
+  return acc;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+struct PairList {
+  int expert, n;
+};
+
+// The expert of active slot `slot` (the slot-th touched expert in index order, or -1) and its
+// pairs p (in increasing order) written to s_list. Called by the whole block.
+__device__ PairList expert_pairs(const int32_t* ids, int P, int E, int slot, unsigned* s_mask, int* s_info,
+                                 int32_t* s_list) {
+  if (threadIdx.x < kMaxExperts / 32) s_mask[threadIdx.x] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < P; p += blockDim.x) {
+    int e = ids[p];
+    if (e >= 0 && e < E) atomicOr(&s_mask[e >> 5], 1u << (e & 31));
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int e = -1, left = slot;
+    for (int w = 0; w < kMaxExperts / 32 && e < 0; ++w) {
+      unsigned m = s_mask[w];
+      int c = __popc(m);
+      if (left < c) {
+        for (int q = 0; q < left; ++q) m &= m - 1;
+        e = w * 32 + __ffs(m) - 1;
+      } else {
+        left -= c;
+      }
+    }
+    s_info[0] = e;
+  }
+  __syncthreads();
+  int e = s_info[0];
+  if (e < 0) return {-1, 0};
+  if (threadIdx.x < 32) {
+    int lane = threadIdx.x, n = 0;
+    for (int base = 0; base < P; base += 32) {
+      int p = base + lane;
+      bool hit = p < P && ids[p] == e;
+      unsigned m = __ballot_sync(kFull, hit);
+      if (hit) s_list[n + __popc(m & ((1u << lane) - 1))] = p;
+      n += __popc(m);
+    }
+    if (lane == 0) s_info[1] = n;
+  }
+  __syncthreads();
+  return {e, s_info[1]};
+}
+
+// act[p, i] = silu(gate[e][i] . x[p / k]) * (up[e][i] . x[p / k]) for the pairs p of one expert.
+__global__ void __launch_bounds__(kThreads, 4) gate_up_kernel(MoeDecodeParams p) {
+  __shared__ unsigned s_mask[kMaxExperts / 32];
+  __shared__ int s_info[2];
+  __shared__ int32_t s_list[kMoeDecodeMaxPairs];
+  PairList pl = expert_pairs(p.ids, p.num_tokens * p.top_k, p.num_experts, blockIdx.y, s_mask, s_info, s_list);
+  if (pl.expert < 0) return;
+  const int H = p.hidden, I = p.inter, nc = H / 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bf16* gw = static_cast<const bf16*>(p.gate[pl.expert]);
+  const bf16* uw = static_cast<const bf16*>(p.up[pl.expert]);
+  bf16* act = static_cast<bf16*>(p.act);
+  for (int c0 = 0; c0 < pl.n; c0 += kTok) {
+    const int nt = min(kTok, pl.n - c0);
+    const uint4* xr[kTok];
+#pragma unroll
+    for (int tk = 0; tk < kTok; ++tk)
+      xr[tk] = reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.x) +
+                                              int64_t(s_list[c0 + min(tk, nt - 1)] / p.top_k) * p.x_ld);
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      int i = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp + rr;
+      if (i >= I) break;
+      const uint4* g = reinterpret_cast<const uint4*>(gw + int64_t(i) * H);
+      const uint4* u = reinterpret_cast<const uint4*>(uw + int64_t(i) * H);
+      float ag[kTok], au[kTok];
+#pragma unroll
+      for (int tk = 0; tk < kTok; ++tk) ag[tk] = au[tk] = 0.0f;
+#pragma unroll 4
+      for (int c = lane; c < nc; c += 32) {
+        uint4 wg = __ldg(g + c), wu = __ldg(u + c);
+#pragma unroll
+        for (int tk = 0; tk < kTok; ++tk)
+          if (tk < nt) {
+            uint4 xv = __ldg(xr[tk] + c);
+            ag[tk] = dot8(wg, xv, ag[tk]);
+            au[tk] = dot8(wu, xv, au[tk]);
+          }
+      }
+#pragma unroll
+      for (int tk = 0; tk < kTok; ++tk)
+        if (tk < nt) {
+          float a = warp_sum(ag[tk]), b = warp_sum(au[tk]);
+          if (lane == tk) act[int64_t(s_list[c0 + tk]) * I + i] = __float2bfloat16(a / (1.0f + __expf(-a)) * b);
+        }
+    }
+  }
+}
+
+// y[p, r] = down[e][r] . act[p] (fp32) for the pairs p of one expert.
+__global__ void __launch_bounds__(kThreads) down_kernel(MoeDecodeParams p) {
+  __shared__ unsigned s_mask[kMaxExperts / 32];
+  __shared__ int s_info[2];
+  __shared__ int32_t s_list[kMoeDecodeMaxPairs];
+  PairList pl = expert_pairs(p.ids, p.num_tokens * p.top_k, p.num_experts, blockIdx.y, s_mask, s_info, s_list);
+  if (pl.expert < 0) return;
+  const int H = p.hidden, I = p.inter, nc = I / 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bf16* dw = static_cast<const bf16*>(p.down[pl.expert]);
+  const bf16* act = static_cast<const bf16*>(p.act);
+  for (int c0 = 0; c0 < pl.n; c0 += kTok) {
+    const int nt = min(kTok, pl.n - c0);
+    const uint4* ar[kTok];
+#pragma unroll
+    for (int tk = 0; tk < kTok; ++tk)
+      ar[tk] = reinterpret_cast<const uint4*>(act + int64_t(s_list[c0 + min(tk, nt - 1)]) * I);
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      int r = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp + rr;
+      if (r >= H) break;
+      const uint4* d = reinterpret_cast<const uint4*>(dw + int64_t(r) * I);
+      float acc[kTok];
+#pragma unroll
+      for (int tk = 0; tk < kTok; ++tk) acc[tk] = 0.0f;
+#pragma unroll 4
+      for (int c = lane; c < nc; c += 32) {
+        uint4 w = __ldg(d + c);
+#pragma unroll
+        for (int tk = 0; tk < kTok; ++tk)
+          if (tk < nt) acc[tk] = dot8(w, __ldg(ar[tk] + c), acc[tk]);
+      }
+#pragma unroll
+      for (int tk = 0; tk < kTok; ++tk)
+        if (tk < nt) {
+          float a = warp_sum(acc[tk]);
+          if (lane == tk) p.y[int64_t(s_list[c0 + tk]) * H + r] = a;
+        }
+    }
+  }
+}
+
+// Stable counting sort of the pairs by expert, in one block: counts, offsets, then tiles of
+// blockDim pairs where each pair's rank among equal experts comes from __match_any_sync within
+// its warp plus the counts of the earlier warps and tiles.
+constexpr int kAlignThreads = 1024;
+__global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids, int P, int E, int32_t* offsets,
+                                                              int32_t* sorted, int32_t* pos) {
+  __shared__ int32_t s_base[kMaxExperts];
+  __shared__ int32_t s_wc[kAlignThreads / 32][kMaxExperts];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  for (int e = tid; e < E; e += blockDim.x) s_base[e] = 0;
+  __syncthreads();
+  for (int p = tid; p < P; p += blockDim.x) {
+    int e = ids[p];
+    if (e >= 0 && e < E) atomicAdd(&s_base[e], 1);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int run = 0;
+    for (int e = 0; e < E; ++e) {
+      int c = s_base[e];
+      s_base[e] = run;
+      offsets[e] = run;
+      run += c;
+    }
+    offsets[E] = run;
+  }
+  __syncthreads();
+  for (int start = 0; start < P; start += blockDim.x) {
+    for (int i = tid; i < (kAlignThreads / 32) * kMaxExperts; i += blockDim.x) (&s_wc[0][0])[i] = 0;
+    __syncthreads();
+    int p = start + tid;
+    int e = p < P ? ids[p] : -1;
+    bool valid = e >= 0 && e < E;
+    unsigned peers = __match_any_sync(kFull, valid ? e : -1);
+    int lower = __popc(peers & ((1u << lane) - 1));
+    if (valid && lower == 0) s_wc[warp][e] = __popc(peers);
+    __syncthreads();
+    for (int x = tid; x < E; x += blockDim.x) {
+      int s = s_base[x];
+      for (int w = 0; w < kAlignThreads / 32; ++w) {
+        int c = s_wc[w][x];
+        s_wc[w][x] = s;
+        s += c;
+      }
+      s_base[x] = s;
+    }
+    __syncthreads();
+    if (p < P) {
+      int q = valid ? s_wc[warp][e] + lower : -1;
+      if (valid) sorted[q] = p;
+      pos[p] = q;
+    }
+    __syncthreads();
+  }
+}
+
+template <bool kVec>
+__global__ void gather_kernel(const bf16* x, int64_t x_ld, const int32_t* sorted, int k, int H, bf16* xs) {
+  const bf16* src = x + int64_t(sorted[blockIdx.x] / k) * x_ld;
+  bf16* dst = xs + int64_t(blockIdx.x) * H;
+  if (kVec) {
+    for (int c = threadIdx.x; c < H / 8; c += blockDim.x)
+      reinterpret_cast<uint4*>(dst)[c] = reinterpret_cast<const uint4*>(src)[c];
+  } else {
+    for (int c = threadIdx.x; c < H; c += blockDim.x) dst[c] = src[c];
+  }
+}
+
+__device__ __forceinline__ float load_y(const float* y, int64_t i) { return y[i]; }
+__device__ __forceinline__ float load_y(const bf16* y, int64_t i) { return __bfloat162float(y[i]); }
+
+template <class Y>
+__global__ void combine_kernel(const Y* y, const int32_t* pair_pos, const float* weights, int64_t w_ld, int k, int H,
+                               bf16* out, int64_t out_ld) {
+  const int t = blockIdx.x;
+  for (int c = threadIdx.x; c < H; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      int p = t * k + j;
+      int q = pair_pos ? pair_pos[p] : p;
+      if (q >= 0) acc += weights[int64_t(t) * w_ld + j] * load_y(y, int64_t(q) * H + c);
+    }
+    out[int64_t(t) * out_ld + c] = __float2bfloat16(acc);
+  }
+}
+
+dim3 decode_grid(const MoeDecodeParams& p, int rows) {
+  int slots = std::min(p.num_experts, p.num_tokens * p.top_k);
+  return dim3(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(slots));
+}
+
+void check_decode(const MoeDecodeParams& p) {
+  MLA_CHECK(p.num_experts <= kMaxExperts && p.num_tokens * p.top_k <= kMoeDecodeMaxPairs && p.hidden % 8 == 0 &&
+                p.inter % 8 == 0 && p.x_ld % 8 == 0,
+            "moe decode kernels: E={} pairs={} H={} I={} x_ld={} outside their limits", p.num_experts,
+            p.num_tokens * p.top_k, p.hidden, p.inter, p.x_ld);
+}
+
+}  // namespace
+
+void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s) {
+  check_decode(p);
+  if (p.num_tokens == 0) return;
+  gate_up_kernel<<<decode_grid(p, p.inter), kThreads, 0, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s) {
+  check_decode(p);
+  if (p.num_tokens == 0) return;
+  down_kernel<<<decode_grid(p, p.hidden), kThreads, 0, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_align(const int32_t* ids, int32_t num_pairs, int32_t num_experts, int32_t* offsets,
+                      int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s) {
+  MLA_CHECK(num_experts <= kMaxExperts, "moe align: {} experts, at most {}", num_experts, kMaxExperts);
+  align_kernel<<<1, kAlignThreads, 0, s>>>(ids, num_pairs, num_experts, offsets, sorted_pairs, pair_pos);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_gather(const void* x, int64_t x_ld, const int32_t* sorted_pairs, int32_t num_pairs, int32_t top_k,
+                       int32_t hidden, void* xs, cudaStream_t s) {
+  if (num_pairs == 0) return;
+  bool vec = hidden % 8 == 0 && x_ld % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+             reinterpret_cast<uintptr_t>(xs) % 16 == 0;
+  auto xb = static_cast<const bf16*>(x);
+  auto ob = static_cast<bf16*>(xs);
+  if (vec)
+    gather_kernel<true><<<num_pairs, 256, 0, s>>>(xb, x_ld, sorted_pairs, top_k, hidden, ob);
+  else
+    gather_kernel<false><<<num_pairs, 256, 0, s>>>(xb, x_ld, sorted_pairs, top_k, hidden, ob);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_combine(const void* y, bool y_f32, const int32_t* pair_pos, const float* weights, int64_t w_ld,
+                        int32_t num_tokens, int32_t top_k, int32_t hidden, void* out, int64_t out_ld, cudaStream_t s) {
+  if (num_tokens == 0) return;
+  int threads = hidden >= 256 ? 256 : 32 * ((hidden + 31) / 32);
+  if (y_f32)
+    combine_kernel<<<num_tokens, threads, 0, s>>>(static_cast<const float*>(y), pair_pos, weights, w_ld, top_k,
+                                                  hidden, static_cast<bf16*>(out), out_ld);
+  else
+    combine_kernel<<<num_tokens, threads, 0, s>>>(static_cast<const bf16*>(y), pair_pos, weights, w_ld, top_k,
+                                                  hidden, static_cast<bf16*>(out), out_ld);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mlaserve::cuda

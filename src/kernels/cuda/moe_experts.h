@@ -1,0 +1,84 @@
+// Routed experts on the device: out[t] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t]).
+//
+// Two paths, chosen per call by MoeRunner (moe_experts.cc):
+//  - decode (few tokens): two weight-streaming kernels over the touched experts only, each
+//    expert's rows read once for all of its tokens (gate/up + SiLU fused, then down), and a
+//    deterministic combine per token in slot order. No host sync, so it can be graph-captured.
+//  - prefill (many tokens): an on-device counting sort of the (token, slot) pairs by expert,
+//    a gather of the rows, cuBLASLt GEMMs per expert (spread over a few streams), SiLU-and-mul,
+//    and the same combine through the pair -> sorted position map.
+// Expert weights are read through device arrays of per-expert pointers (no stacked copy).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace mlaserve::cuda {
+
+class GemmRunner;
+
+struct MoeDecodeParams {
+  const void* x;  // [T, H] BF16, row stride x_ld
+  int64_t x_ld;
+  const int32_t* ids;  // [T, k] contiguous (pair p = t * k + j)
+  const void* const* gate;  // [E] device pointers to [I, H] BF16 (contiguous rows)
+  const void* const* up;    // [E] -> [I, H]
+  const void* const* down;  // [E] -> [H, I]
+  void* act;  // [T * k, I] BF16 workspace: silu(gate x) * up x per pair
+  float* y;   // [T * k, H] F32 workspace: down(act) per pair
+  int32_t num_tokens, top_k, num_experts, hidden, inter;
+};
+
+// Largest number of (token, slot) pairs the decode kernels take (their pair lists live in smem).
+constexpr int kMoeDecodeMaxPairs = 1024;
+
+void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s);
+void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s);
+// offsets [E + 1]: pairs of expert e sit at sorted positions [offsets[e], offsets[e+1]), in pair
+// order; sorted_pairs [P]: the pair at each position; pair_pos [P]: the position of each pair.
+void launch_moe_align(const int32_t* ids, int32_t num_pairs, int32_t num_experts, int32_t* offsets,
+                      int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s);
+// xs[i] = x[sorted_pairs[i] / k] for i < P. x [T, H] (row stride x_ld), xs [P, H] BF16.
+void launch_moe_gather(const void* x, int64_t x_ld, const int32_t* sorted_pairs, int32_t num_pairs, int32_t top_k,
+                       int32_t hidden, void* xs, cudaStream_t s);
+// out[t] = bf16(sum_j weights[t, j] * y[pos(t * k + j)]) with fp32 sums in slot order.
+// y [P, H] F32 or BF16 (y_f32); pair_pos [P] or nullptr for the identity; out [T, H] BF16.
+void launch_moe_combine(const void* y, bool y_f32, const int32_t* pair_pos, const float* weights, int64_t w_ld,
+                        int32_t num_tokens, int32_t top_k, int32_t hidden, void* out, int64_t out_ld, cudaStream_t s);
+
+// Host side of moe_experts: the per-expert pointer tables (cached per expert list), workspaces
+// that only grow, and the side streams of the prefill path.
+class MoeRunner {
+ public:
+  MoeRunner();
+  ~MoeRunner();
+  MoeRunner(const MoeRunner&) = delete;
+  MoeRunner& operator=(const MoeRunner&) = delete;
+
+  // Pointers of one layer's experts: gate[e], up[e], down[e] (device BF16 matrices).
+  struct Experts {
+    const void* key;  // the caller's vector data pointer
+    std::vector<const void*> gate, up, down;
+  };
+  // x [T, H], ids [T, k], weights [T, k] (row stride w_ld), out [T, H]; all device pointers.
+  // Decode kernels run when T * k <= decode_max_pairs and the rows are 16-byte aligned.
+  void run(const Experts& experts, const void* x, int64_t x_ld, const int32_t* ids, const float* weights,
+           int64_t w_ld, int32_t T, int32_t k, int32_t H, int32_t I, void* out, int64_t out_ld, GemmRunner& gemm,
+           cudaStream_t stream);
+
+  // Whether this exact expert list (pointers and dims) was run before: the caller may skip
+  // re-validating the weights.
+  bool knows(const Experts& experts, int32_t H, int32_t I) const;
+
+  int decode_max_pairs = 384;  // T <= 64 at top-6
+  int num_streams = 4;         // prefill: experts' GEMMs spread over this many streams
+
+ private:
+  struct State;
+  std::unique_ptr<State> st_;
+};
+
+}  // namespace mlaserve::cuda

@@ -1,0 +1,127 @@
+// CUDA moe_route and moe_experts against the CPU reference: the three routing methods at V2-Lite,
+// V2 and V3 sizes (ids must match exactly), and the experts over both paths (decode kernels at
+// few tokens, sorted per-expert GEMMs at many) at V2-Lite dims and with 64 and 256 experts.
+#include "gpu_test_util.h"
+
+#include "kernels/cpu/cpu_backend.h"
+
+namespace mlaserve {
+namespace {
+
+using namespace gputest;
+
+class Moe : public ::testing::Test {
+ protected:
+  cuda::CudaBackend gpu;
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  uint64_t seed = fresh_seed();
+  double worst = 0;
+  void TearDown() override {
+    if (HasFailure()) std::printf("inputs seed: %llu\n", (unsigned long long)seed);
+    std::printf("worst relative error: %.3g\n", worst);
+  }
+  Tensor dev_bf16(const Tensor& f32) { return gpu.to_device(to_dtype(f32, DType::BF16)); }
+};
+
+struct RouteCase {
+  const char* name;
+  MoeRouting r;
+  bool bias;
+};
+
+TEST_F(Moe, RouteMatchesTheReference) {
+  std::vector<RouteCase> cases = {
+      {"v2-lite greedy softmax", {TopkMethod::Greedy, ScoringFunc::Softmax, 64, 6, 1, 1, false, 1.0f}, false},
+      {"v2 group-limited", {TopkMethod::GroupLimitedGreedy, ScoringFunc::Softmax, 160, 6, 8, 3, false, 16.0f}, false},
+      {"v3 noaux_tc", {TopkMethod::NoauxTc, ScoringFunc::Sigmoid, 256, 8, 8, 4, true, 2.5f}, true},
+      {"v3 noaux_tc without bias", {TopkMethod::NoauxTc, ScoringFunc::Sigmoid, 256, 8, 8, 4, true, 2.5f}, false},
+      {"greedy renormalized, odd E", {TopkMethod::Greedy, ScoringFunc::Softmax, 72, 5, 1, 1, true, 1.0f}, false},
+      {"grouped sigmoid, 4 groups", {TopkMethod::GroupLimitedGreedy, ScoringFunc::Sigmoid, 96, 3, 4, 2, true, 1.0f},
+       false},
+      {"top-1 of 8", {TopkMethod::Greedy, ScoringFunc::Softmax, 8, 1, 1, 1, true, 1.0f}, false},
+  };
+  for (const RouteCase& c : cases) {
+    for (int64_t T : {1, 7, 133, 1000}) {
+      int64_t E = c.r.num_experts, k = c.r.top_k;
+      // bf16-rounded logits: exact ties happen, and both sides must break them by index.
+      Tensor logits = random_f32({T, E}, seed + T + E, 2.0f);
+      Tensor bias = c.bias ? random_f32({E}, seed + 5, 0.2f) : Tensor();
+      Tensor ids_want = Tensor::empty(DType::I32, {T, k}), w_want = Tensor::empty(DType::F32, {T, k});
+      cpu->moe_route(logits, bias, c.r, ids_want, w_want);
+      Tensor ids = poisoned(gpu, DType::I32, {T, k}), w = poisoned(gpu, DType::F32, {T, k});
+      gpu.moe_route(gpu.to_device(logits), c.bias ? gpu.to_device(bias) : Tensor(), c.r, ids, w);
+      Tensor ids_got = gpu.to_host(ids);
+      int64_t mismatches = 0;
+      for (int64_t i = 0; i < T * k; ++i) mismatches += ids_got.data<int32_t>()[i] != ids_want.data<int32_t>()[i];
+      EXPECT_EQ(mismatches, 0) << c.name << " T=" << T;
+      double err = rel_l2(gpu.to_host(w), w_want);
+      EXPECT_LE(err, 1e-5) << c.name << " T=" << T;
+      worst = std::max(worst, err);
+    }
+  }
+}
+
+// Random routing: k distinct experts per token, positive weights.
+void random_routing(int64_t T, int64_t k, int64_t E, uint64_t seed, Tensor& ids, Tensor& weights) {
+  ids = Tensor::empty(DType::I32, {T, k});
+  weights = Tensor::empty(DType::F32, {T, k});
+  std::vector<int32_t> perm(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t e = 0; e < E; ++e) perm[e] = int32_t(e);
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t pick = j + int64_t(hash64(seed + t, uint64_t(j)) % uint64_t(E - j));
+      std::swap(perm[j], perm[pick]);
+      ids.data<int32_t>()[t * k + j] = perm[j];
+      weights.data<float>()[t * k + j] = float(0.05 + uniform01(seed ^ 0x5555, uint64_t(t * k + j)));
+    }
+  }
+}
+
+struct ExpertsCase {
+  int64_t E, k, H, I;
+  std::vector<int64_t> tokens;
+};
+
+TEST_F(Moe, ExpertsMatchTheReference) {
+  // V2-Lite dims with 16 experts (the host reference stays quick), then many small experts.
+  std::vector<ExpertsCase> cases = {{16, 6, 2048, 1408, {1, 5, 16, 200}},
+                                    {64, 6, 256, 128, {3, 64, 300}},
+                                    {256, 8, 128, 64, {2, 37, 500}}};
+  for (const ExpertsCase& c : cases) {
+    std::vector<GatedMlpWeights> host, dev;
+    for (int64_t e = 0; e < c.E; ++e) {
+      uint64_t s = seed * 31 + uint64_t(e) * 3;
+      Tensor g = random_f32({c.I, c.H}, s, 1.0f / std::sqrt(float(c.H)));
+      Tensor u = random_f32({c.I, c.H}, s + 1, 1.0f / std::sqrt(float(c.H)));
+      Tensor d = random_f32({c.H, c.I}, s + 2, 1.0f / std::sqrt(float(c.I)));
+      host.push_back({{g, {}}, {u, {}}, {d, {}}});
+      dev.push_back({{dev_bf16(g), {}}, {dev_bf16(u), {}}, {dev_bf16(d), {}}});
+    }
+    for (int64_t T : c.tokens) {
+      for (bool strided : {false, true}) {
+        // strided: x is the first H columns of wider rows, as a narrow() view
+        int64_t width = strided ? c.H + 64 : c.H;
+        Tensor xw = random_f32({T, width}, seed + T + width);
+        Tensor ids, w;
+        random_routing(T, c.k, c.E, seed + 7 * T, ids, w);
+        Tensor want = Tensor::empty(DType::F32, {T, c.H});
+        cpu->moe_experts(xw.narrow(1, 0, c.H), ids, w, host, want);
+        Tensor xd = dev_bf16(xw), ids_d = gpu.to_device(ids), w_d = gpu.to_device(w);
+        Tensor out = poisoned(gpu, DType::BF16, {T, c.H});
+        gpu.moe_experts(xd.narrow(1, 0, c.H), ids_d, w_d, dev, out);
+        Tensor got = gpu.to_host(out);
+        double err = rel_l2(got, want);
+        EXPECT_LE(err, 1e-2) << "E=" << c.E << " H=" << c.H << " I=" << c.I << " T=" << T << " strided=" << strided;
+        worst = std::max(worst, err);
+        // Deterministic: a second run gives the same bits.
+        Tensor again = poisoned(gpu, DType::BF16, {T, c.H});
+        gpu.moe_experts(xd.narrow(1, 0, c.H), ids_d, w_d, dev, again);
+        Tensor got2 = gpu.to_host(again);
+        EXPECT_EQ(std::memcmp(got.raw(), got2.raw(), got.nbytes()), 0) << "E=" << c.E << " T=" << T;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mlaserve
