@@ -92,8 +92,8 @@ std::vector<Job> make_jobs(const BenchArgs& a) {
     if (turns.size() < 2 || !turns[0].contains("value") || !turns[1].contains("value")) continue;
     Job j;
     std::string prompt = turns[0]["value"], reply = turns[1]["value"];
-    // Token counts are estimated at 4 bytes a token; the server reports the exact prompt length.
-    j.input_len = int(prompt.size() / 4) + 1;
+    // The reply's length in tokens is estimated at 4 bytes a token (it only sets max_new_tokens);
+    // the prompt's is what the server reports.
     j.output_len = std::max(4, int(reply.size() / 4));
     j.prompt = {{"text", prompt}};
     jobs.push_back(std::move(j));
@@ -133,6 +133,8 @@ Outcome run_one(const BenchArgs& a, const Job& job) {
         continue;
       }
       size_t now_tokens = e["output_ids"].size();
+      if (e.contains("meta_info") && e["meta_info"].contains("prompt_tokens"))
+        o.input_len = e["meta_info"]["prompt_tokens"].get<int>();
       auto now = Clock::now();
       if (now_tokens > tokens) {
         if (tokens == 0) o.ttft = std::chrono::duration<double>(now - start).count();

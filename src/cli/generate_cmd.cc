@@ -7,14 +7,17 @@
 #include <chrono>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "cache/kv_pool.h"
 #include "cli/commands.h"
+#include "cli/tokenizer_location.h"
 #include "common/error.h"
 #include "engine/forward_batch.h"
 #include "model/deepseek_model.h"
 #include "model/load_model.h"
+#include "tokenizer/bpe_tokenizer.h"
 #include "weights/safetensors.h"
 
 namespace mlaserve::cli {
@@ -24,6 +27,8 @@ namespace {
 struct GenerateArgs {
   ModelLoadOptions load;
   std::string input_ids;
+  std::string prompt;
+  std::string tokenizer_path;
   int max_new_tokens = 16;
   SamplingParams sampling{.temperature = 0.0f};
   bool ignore_eos = false;
@@ -60,7 +65,13 @@ void run_generate(const GenerateArgs& a) {
   MLA_CHECK(a.attention_form == "auto" || form != AttentionForm::Auto,
             "--attention-form '{}': expected auto, mha or absorbed", a.attention_form);
   // Arguments are checked against the config before any weight is read.
-  std::vector<int32_t> prompt = parse_ids(a.input_ids, load_model_config(a.load.model).vocab_size);
+  MLA_CHECK(a.input_ids.empty() != a.prompt.empty(), "give exactly one of --input-ids and --prompt");
+  int64_t vocab = load_model_config(a.load.model).vocab_size;
+  std::optional<Tokenizer> tokenizer;
+  if (!a.prompt.empty()) tokenizer = Tokenizer::from_dir(find_tokenizer(a.tokenizer_path, a.load.model));
+  // Text is encoded as the chat-less API does it: BOS (when the tokenizer adds one) and the text.
+  std::vector<int32_t> prompt = tokenizer ? tokenizer->encode(a.prompt, true) : parse_ids(a.input_ids, vocab);
+  for (int32_t id : prompt) MLA_CHECK(id < vocab, "the tokenizer gave id {} outside the model's vocabulary ({})", id, vocab);
   LoadedModel loaded = load_model(a.load);
   auto backend = make_cpu_backend();
   DeepseekModel model(loaded.config, std::move(loaded.weights), *backend);
@@ -102,7 +113,10 @@ void run_generate(const GenerateArgs& a) {
                decode_s);
   if (a.json) {
     nlohmann::json out = {{"input_ids", prompt}, {"output_ids", output}};
-    std::printf("%s\n", out.dump().c_str());
+    if (tokenizer) out["text"] = tokenizer->decode(output, true);
+    std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else if (tokenizer) {
+    std::printf("%s\n", tokenizer->decode(output, true).c_str());
   } else {
     std::printf("%s\n", fmt::format("{}", fmt::join(output, ",")).c_str());
   }
@@ -118,7 +132,9 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--dtype", args->load.dtype, "Dummy weight dtype: auto | bfloat16 | float16 | float32")
       ->capture_default_str();
   cmd->add_option("--random-seed", args->load.seed, "Seed of dummy weights")->capture_default_str();
-  cmd->add_option("--input-ids", args->input_ids, "Prompt token ids, comma separated")->required();
+  cmd->add_option("--input-ids", args->input_ids, "Prompt token ids, comma separated");
+  cmd->add_option("--prompt", args->prompt, "Prompt text (encoded with BOS by the model's tokenizer)");
+  cmd->add_option("--tokenizer-path", args->tokenizer_path, "Folder with tokenizer.json (for --prompt)");
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", args->sampling.temperature, "0 for greedy")->capture_default_str();
   cmd->add_option("--top-k", args->sampling.top_k, "-1 for off")->capture_default_str();

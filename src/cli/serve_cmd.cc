@@ -3,12 +3,12 @@
 #include <spdlog/spdlog.h>
 
 #include <csignal>
-#include <filesystem>
 #include <thread>
 
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/tokenizer_location.h"
 #include "common/error.h"
 #include "model/load_model.h"
 
@@ -18,27 +18,8 @@
 
 namespace mlaserve::cli {
 
-namespace fs = std::filesystem;
-
 #ifdef MLASERVE_WITH_SERVER
 namespace {
-
-std::string executable_dir() {
-  std::error_code ec;
-  auto p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? "." : p.parent_path().string();
-}
-
-// --tokenizer-path, else the model folder, else the built-in DeepSeek-V3 tokenizer.
-std::string resolve_tokenizer(const ServerArgs& a) {
-  if (!a.tokenizer_path.empty()) return a.tokenizer_path;
-  if (fs::exists(fs::path(a.model_path) / "tokenizer.json")) return a.model_path;
-  if (const char* env = std::getenv("MLASERVE_TOKENIZER_DIR")) return env;
-  fs::path builtin = fs::path(executable_dir()) / "tokenizers" / "deepseek-v3";
-  if (fs::exists(builtin / "tokenizer.json")) return builtin.string();
-  fail("no tokenizer for '{}': pass --tokenizer-path (a folder with tokenizer.json), or run scripts/setup.sh "
-       "to fetch the DeepSeek-V3 tokenizer of the built-in models", a.model_path);
-}
 
 // KV pool tokens: --max-total-tokens, else a fraction of host memory after the weights.
 int64_t kv_pool_tokens(const ServerArgs& a, const ModelConfig& c, uint64_t weight_bytes) {
@@ -62,7 +43,7 @@ void run_serve(ServerArgs args) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   args.validate();
   ModelConfig config = load_model_config(args.model_path);
-  std::string tokenizer_dir = resolve_tokenizer(args);
+  std::string tokenizer_dir = find_tokenizer(args.tokenizer_path, args.model_path);
   args.tokenizer_path = tokenizer_dir;
   Tokenizer tokenizer = Tokenizer::from_dir(tokenizer_dir);
   MLA_CHECK(int64_t(tokenizer.vocab_size()) <= config.vocab_size,

@@ -46,7 +46,7 @@ void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::R
     // SGLang streams the text so far in every event.
     auto text = std::make_shared<std::string>();
     auto ids = std::make_shared<std::vector<int32_t>>();
-    auto chunk = [text, ids, start](size_t, const TextDelta& d, bool) {
+    auto chunk = [text, ids, start](size_t, const TextStream& stream, const TextDelta& d, bool) {
       *text += d.text;
       ids->insert(ids->end(), d.tokens.begin(), d.tokens.end());
       json finish = nullptr;
@@ -54,7 +54,9 @@ void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::R
       return json{{"text", *text},
                   {"output_ids", *ids},
                   {"meta_info",
-                   {{"completion_tokens", ids->size()},
+                   {{"prompt_tokens", stream.prompt_tokens()},
+                    {"cached_tokens", stream.cached_tokens()},
+                    {"completion_tokens", ids->size()},
                     {"finish_reason", finish},
                     {"e2e_latency", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()}}}};
     };

@@ -84,7 +84,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   bool want_logprobs = r.params.logprobs >= 0, with_top = r.params.logprobs > 0;
   if (r.stream) {
     auto offsets = std::make_shared<std::vector<size_t>>(streams.size(), 0);
-    auto chunk = [&ctx, id, created, want_logprobs, with_top, offsets](size_t i, const TextDelta& d, bool) {
+    auto chunk = [&ctx, id, created, want_logprobs, with_top, offsets](size_t i, const TextStream&, const TextDelta& d, bool) {
       json c = {{"index", i}, {"text", d.text}, {"logprobs", nullptr},
                 {"finish_reason", d.finished ? json(finish_reason_of(d)) : json(nullptr)}};
       if (want_logprobs) c["logprobs"] = completion_logprobs(ctx, d.logprobs, (*offsets)[i], with_top);
@@ -132,7 +132,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   int64_t created = now_seconds();
   bool want_logprobs = r.logprobs;
   if (r.stream) {
-    auto chunk = [&ctx, id, created, want_logprobs](size_t i, const TextDelta& d, bool first) {
+    auto chunk = [&ctx, id, created, want_logprobs](size_t i, const TextStream&, const TextDelta& d, bool first) {
       json delta = json::object();
       if (first) delta["role"] = "assistant";
       if (!d.text.empty() || first) delta["content"] = d.text;

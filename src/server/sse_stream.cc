@@ -52,7 +52,7 @@ void stream_sse(ServerContext& ctx, httplib::Response& res, std::vector<std::uni
           continue;
         }
         if (d->text.empty() && !d->finished && d->logprobs.empty() && !first[i]) continue;
-        if (!send(make_chunk(i, *d, first[i]))) return cancel_all();
+        if (!send(make_chunk(i, *streams[i], *d, first[i]))) return cancel_all();
         first[i] = false;
       }
       if (all_done) break;

@@ -15,7 +15,8 @@ struct Response;
 
 namespace mlaserve {
 
-using ChunkMaker = std::function<nlohmann::json(size_t choice, const TextDelta& delta, bool first)>;
+using ChunkMaker =
+    std::function<nlohmann::json(size_t choice, const TextStream& stream, const TextDelta& delta, bool first)>;
 using UsageMaker = std::function<nlohmann::json(const std::vector<std::unique_ptr<TextStream>>& streams)>;
 
 void stream_sse(ServerContext& ctx, httplib::Response& res, std::vector<std::unique_ptr<TextStream>> streams,

@@ -171,3 +171,25 @@ def test_sigterm_drains_running_requests():
     assert result["r"].status_code == 200 and result["r"].json()["usage"]["completion_tokens"] == 40
     assert s.proc.wait(timeout=60) == 0
     s.stop()
+
+
+def test_bench_serving_random_and_sharegpt(server, tmp_path):
+    from conftest import BINARY
+    import subprocess
+    out = tmp_path / "bench.jsonl"
+    common = [BINARY, "bench-serving", "--port", str(server.port), "--output-file", str(out)]
+    r = subprocess.run(common + ["--num-prompts", "6", "--random-input-len", "32", "--random-output-len", "4",
+                                 "--random-range-ratio", "0.5", "--max-concurrency", "3"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Successful requests:                     6 / 6" in r.stdout
+    sharegpt = tmp_path / "sharegpt.json"
+    sharegpt.write_text(json.dumps([{"conversations": [{"from": "human", "value": f"Question {i}?"},
+                                                       {"from": "gpt", "value": "An answer " * (i + 1)}]}
+                                    for i in range(5)]))
+    r = subprocess.run(common + ["--dataset-name", "sharegpt", "--dataset-path", str(sharegpt), "--num-prompts", "5",
+                                 "--request-rate", "20"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [json.loads(l) for l in out.read_text().splitlines()]
+    assert len(lines) == 2 and lines[0]["completed"] == 6 and lines[1]["completed"] == 5
+    assert lines[1]["input_tokens"] > 5 and lines[0]["ttft_ms"]["median"] > 0

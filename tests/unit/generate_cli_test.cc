@@ -57,6 +57,17 @@ TEST(GenerateCli, SmallPresetPrintsTokens) {
   EXPECT_EQ(run(sampled).out, run(sampled).out);
 }
 
+TEST(GenerateCli, PromptTextGoesThroughTheTokenizer) {
+  std::string tok = testing::source_dir() + "/../shared/tokenizers/deepseek-v3";
+  Result r = run("generate --model deepseek-v3-tiny --prompt 'Hello, world' --tokenizer-path " + tok +
+                 " --max-new-tokens 3 --ignore-eos --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["input_ids"], nlohmann::json({0, 19923, 14, 2058}));  // BOS "Hello" "," " world"
+  EXPECT_EQ(j["output_ids"].size(), 3u);
+  EXPECT_TRUE(j["text"].is_string());
+}
+
 TEST(GenerateCli, BadArgumentsAreClearErrors) {
   Result r = run("generate --model deepseek-v3-tiny --input-ids 1,x,3");
   EXPECT_NE(r.status, 0);

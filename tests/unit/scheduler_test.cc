@@ -145,6 +145,42 @@ TEST_F(SchedulerTest, ASmallPoolRetractsAndStillCompletesEveryRequestCorrectly) 
   }
 }
 
+TEST_F(SchedulerTest, StopTokenIdsAndMaxTokensFinishRequests) {
+  auto p = prompt_of(4, 12);
+  SchedulerConfig cfg;
+  RunResult plain = run(cfg, 512, {p}, 10);
+  ASSERT_EQ(plain.outputs[0].size(), 10u);
+  int32_t third = plain.outputs[0][2];
+  LoadedModel m = load_model({.model = testing::model_fixture("v3_noaux_tc")});
+  cfg.context_length = 8192;
+  ModelRunner runner(make_cpu_backend(), m.config, std::move(m.weights), 512, DType::F32);
+  Scheduler sched(cfg, runner);
+  auto r = std::make_shared<Request>();
+  r->input_ids = p;
+  r->params.temperature = 0;
+  r->params.max_new_tokens = 10;
+  r->params.stop_token_ids = {third};
+  sched.submit(r);
+  std::vector<int32_t> got;
+  FinishReason finish = FinishReason::None;
+  int32_t matched = -1;
+  for (int i = 0; i < 100 && finish == FinishReason::None; ++i) {
+    sched.step();
+    while (auto o = r->output->pop(std::chrono::milliseconds(0))) {
+      got.insert(got.end(), o->tokens.begin(), o->tokens.end());
+      if (o->finish != FinishReason::None) {
+        finish = o->finish;
+        matched = o->matched_stop_token;
+      }
+    }
+  }
+  // It stops at the first occurrence of the stop id (kept in the output, as SGLang does).
+  size_t first = std::find(plain.outputs[0].begin(), plain.outputs[0].end(), third) - plain.outputs[0].begin();
+  EXPECT_EQ(got, std::vector<int32_t>(plain.outputs[0].begin(), plain.outputs[0].begin() + int64_t(first) + 1));
+  EXPECT_EQ(finish, FinishReason::Stop);
+  EXPECT_EQ(matched, third);
+}
+
 TEST_F(SchedulerTest, CancelledRequestsAreAbortedAndTheirKvFreed) {
   std::vector<std::vector<int32_t>> prompts = {prompt_of(1, 10), prompt_of(2, 12), prompt_of(3, 9)};
   SchedulerConfig cfg;
