@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # On the GPU machine: build the CUDA backend, run every GPU test (and compute-sanitizer memcheck
 # on them), and the kernel benchmark. Results go to $OUT (or ./gpu-out).
-#   scripts/gpu_check.sh [--no-bench] [--no-memcheck]
+#   scripts/gpu_check.sh [--no-bench] [--no-memcheck] [--model-bench] [--filter GTEST_FILTER]
 # The GPU image has PCRE2's runtime but no header: a carried copy in .carry/include is used.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-out}"
 mkdir -p "$out"
-bench=1; memcheck=1
-for a in "$@"; do
-  case "$a" in --no-bench) bench=0 ;; --no-memcheck) memcheck=0 ;; esac
+bench=1; memcheck=1; model_bench=0; filter='*'
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-bench) bench=0 ;; --no-memcheck) memcheck=0 ;; --model-bench) model_bench=1 ;;
+    --filter) filter="$2"; shift ;;
+  esac
+  shift
 done
 extra=()
 if ! pkg-config --exists libpcre2-8 2>/dev/null && [ -f .carry/include/pcre2.h ]; then
@@ -20,12 +24,20 @@ export CPATH="$PWD/.carry/include${CPATH:+:$CPATH}"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLASERVE_CUDA=ON "${extra[@]}" > "$out/cmake.log" 2>&1 \
   || { tail -30 "$out/cmake.log"; exit 1; }
-ninja -C build-gpu -j16 gpu_tests bench_kernels > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
+ninja -C build-gpu -j16 gpu_tests bench_kernels mlaserve > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
 status=0
-build-gpu/gpu_tests --gtest_output=xml:"$out/gpu_tests.xml" 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  (PASSED|FAILED) |FAILED|Failure|seed" ; [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+build-gpu/gpu_tests --gtest_filter="$filter" --gtest_output=xml:"$out/gpu_tests.xml" 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  (PASSED|FAILED) |FAILED|Failure|seed" ; [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 if [ "$memcheck" = 1 ] && command -v compute-sanitizer > /dev/null; then
-  timeout 420 compute-sanitizer --tool memcheck --leak-check no build-gpu/gpu_tests > "$out/memcheck.log" 2>&1 || status=1
+  timeout 420 compute-sanitizer --tool memcheck --leak-check no build-gpu/gpu_tests --gtest_filter="$filter" \
+    > "$out/memcheck.log" 2>&1 || status=1
   grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.log" | tail -3
 fi
 if [ "$bench" = 1 ]; then build-gpu/bench_kernels --json "$out/bench_kernels.json" | tee "$out/bench_kernels.txt"; fi
+if [ "$model_bench" = 1 ]; then
+  # Whole-model decode and prefill (no CUDA graphs yet): the tiny preset and V2-Lite cut to 4 layers.
+  build-gpu/mlaserve --log-level warning bench-one-batch --device cuda --model deepseek-v3-tiny \
+    --batch-size 1 8 32 --input-len 256 --output-len 16 --result-filename "$out/one_batch.jsonl" | tee "$out/one_batch.txt"
+  build-gpu/mlaserve --log-level warning bench-one-batch --device cuda --model deepseek-v2-lite --num-layers 4 \
+    --batch-size 1 8 32 128 --input-len 256 --output-len 16 --result-filename "$out/one_batch.jsonl" | tee -a "$out/one_batch.txt"
+fi
 exit $status

@@ -10,5 +10,6 @@ void register_generate(CLI::App& app);
 void register_tokenize_commands(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_bench_serving(CLI::App& app);
+void register_bench_one_batch(CLI::App& app);
 
 }  // namespace mlaserve::cli

@@ -35,6 +35,7 @@ struct GenerateArgs {
   bool json = false;
   std::string dump_logits;
   std::string attention_form = "auto";
+  std::string device = "cpu";
 };
 
 std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
@@ -73,19 +74,20 @@ void run_generate(const GenerateArgs& a) {
   std::vector<int32_t> prompt = tokenizer ? tokenizer->encode(a.prompt, true) : parse_ids(a.input_ids, vocab);
   for (int32_t id : prompt) MLA_CHECK(id < vocab, "the tokenizer gave id {} outside the model's vocabulary ({})", id, vocab);
   LoadedModel loaded = load_model(a.load);
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(a.device);
+  auto sampler = make_cpu_backend();  // draws on the host logits: the reference sampler
   DeepseekModel model(loaded.config, std::move(loaded.weights), *backend);
   const ModelConfig& c = model.config();
   int64_t total = int64_t(prompt.size()) + a.max_new_tokens;
   MLA_CHECK(total <= c.max_position_embeddings, "prompt + new tokens ({}) exceed max_position_embeddings ({})", total,
             c.max_position_embeddings);
-  KvPool kv(*backend, c.num_hidden_layers, std::max<int64_t>(total, 1), c.kv_cache_dim(), DType::F32);
+  KvPool kv(*backend, c.num_hidden_layers, std::max<int64_t>(total, 1), c.kv_cache_dim(), backend->activation_dtype());
 
   std::vector<int32_t> slots(static_cast<size_t>(total));
   std::iota(slots.begin(), slots.end(), 0);
   auto t0 = std::chrono::steady_clock::now();
   SequenceInput seq{prompt, {slots.begin(), slots.begin() + int64_t(prompt.size())}, !a.dump_logits.empty()};
-  Tensor logits = model.forward(make_forward_batch({seq}, form), kv);
+  Tensor logits = backend->to_host(model.forward(make_forward_batch({seq}, form), kv));
   if (!a.dump_logits.empty()) {
     write_safetensors(a.dump_logits, {{"logits", logits}}, {{"input_ids", a.input_ids}});
     spdlog::info("wrote logits [{}, {}] to {}", logits.size(0), logits.size(1), a.dump_logits);
@@ -97,14 +99,14 @@ void run_generate(const GenerateArgs& a) {
   for (int step = 0; step < a.max_new_tokens; ++step) {
     SamplingParams p = a.sampling;
     p.step = uint64_t(step);
-    backend->sample(logits.narrow(0, logits.size(0) - 1, 1), {p}, next);
+    sampler->sample(logits.narrow(0, logits.size(0) - 1, 1), {p}, next);
     int32_t token = next.data<int32_t>()[0];
     output.push_back(token);
     bool eos = std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), token) != c.eos_token_ids.end();
     if ((eos && !a.ignore_eos) || step + 1 == a.max_new_tokens) break;
     int64_t pos = int64_t(prompt.size()) + step;
     SequenceInput d{{token}, {slots.begin(), slots.begin() + pos + 1}, false};
-    logits = model.forward(make_forward_batch({d}, form), kv);
+    logits = backend->to_host(model.forward(make_forward_batch({d}, form), kv));
   }
   auto t2 = std::chrono::steady_clock::now();
   double prefill_s = std::chrono::duration<double>(t1 - t0).count();
@@ -144,6 +146,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at the end-of-sequence token");
   cmd->add_flag("--json", args->json, "Print {\"input_ids\": [...], \"output_ids\": [...]}");
   cmd->add_option("--dump-logits", args->dump_logits, "Write the fp32 logits of every prompt position (safetensors)");
+  cmd->add_option("--device", args->device, "cpu | cuda")->capture_default_str();
   cmd->add_option("--attention-form", args->attention_form, "auto | mha | absorbed (MLA form of every pass)")
       ->capture_default_str();
   cmd->callback([args] { run_generate(*args); });

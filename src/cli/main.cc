@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   mlaserve::cli::register_tokenize_commands(app);
   mlaserve::cli::register_serve(app);
   mlaserve::cli::register_bench_serving(app);
+  mlaserve::cli::register_bench_one_batch(app);
 
   try {
     app.parse(argc, argv);

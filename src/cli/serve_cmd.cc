@@ -25,6 +25,7 @@ namespace {
 int64_t kv_pool_tokens(const ServerArgs& a, const ModelConfig& c, uint64_t weight_bytes) {
   uint64_t per_token = uint64_t(c.num_hidden_layers * c.kv_cache_dim()) * 4;
   if (a.max_total_tokens > 0) return a.max_total_tokens;
+  if (a.device == "cuda") return 65536;
   uint64_t host = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
   double fraction = a.mem_fraction_static > 0 ? a.mem_fraction_static : 0.3;
   double budget = double(host) * fraction - double(weight_bytes);
@@ -57,7 +58,9 @@ void run_serve(ServerArgs args) {
   MLA_CHECK(context <= config.max_position_embeddings, "--context-length {} exceeds the model's {}", context,
             config.max_position_embeddings);
   context = std::min(context, slots);  // a request longer than the pool could never run
-  ModelRunner runner(make_cpu_backend(), loaded.config, std::move(loaded.weights), slots, DType::F32);
+  auto backend = make_backend(args.device);
+  DType kv_dtype = backend->activation_dtype();
+  ModelRunner runner(std::move(backend), loaded.config, std::move(loaded.weights), slots, kv_dtype);
 
   SchedulerConfig sc;
   sc.max_running_requests = args.max_running_requests;

@@ -12,7 +12,7 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
   cmd.add_option("--dtype", a.dtype, "Dummy weight dtype: auto | bfloat16 | float16 | float32")->capture_default_str();
   cmd.add_option("--random-seed", a.random_seed, "Seed of dummy weights")->capture_default_str();
   cmd.add_option("--context-length", a.context_length, "Prompt + output limit (0: the model's)")->capture_default_str();
-  cmd.add_option("--device", a.device, "cpu (the CUDA backend is not complete yet)")->capture_default_str();
+  cmd.add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   cmd.add_option("--mem-fraction-static", a.mem_fraction_static,
                  "Fraction of memory for weights + KV pool (0: auto)")->capture_default_str();
   cmd.add_option("--max-total-tokens", a.max_total_tokens, "KV pool size in tokens (0: auto)")->capture_default_str();
@@ -31,10 +31,12 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
 }
 
 void ServerArgs::validate() const {
-  MLA_CHECK(device == "cpu", "--device {}: only the CPU backend can serve today (the CUDA backend lacks "
-            "attention and MoE kernels)", device);
-  MLA_CHECK(kv_cache_dtype == "auto", "--kv-cache-dtype {}: the CPU backend keeps the KV cache in fp32 (auto)",
+  MLA_CHECK(device == "cpu" || device == "cuda", "--device '{}': expected cpu or cuda", device);
+  MLA_CHECK(kv_cache_dtype == "auto",
+            "--kv-cache-dtype {}: only auto (the activation dtype: fp32 on the CPU, bf16 on CUDA) so far",
             kv_cache_dtype);
+  MLA_CHECK(device == "cpu" || mem_fraction_static == 0 || max_total_tokens > 0,
+            "--device cuda sizes its KV pool from --max-total-tokens for now");
   MLA_CHECK(schedule_policy == "fcfs" || schedule_policy == "lpm", "--schedule-policy '{}': expected fcfs or lpm",
             schedule_policy);
   MLA_CHECK(!(schedule_policy == "lpm" && disable_radix_cache),

@@ -8,6 +8,8 @@ ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, ModelConfig config, M
       model_(std::move(config), std::move(weights), *backend_),
       kv_(*backend_, model_.config().num_hidden_layers, num_slots, model_.config().kv_cache_dim(), kv_dtype) {}
 
-Tensor ModelRunner::forward(const std::vector<SequenceInput>& seqs) { return model_.forward(make_forward_batch(seqs), kv_); }
+Tensor ModelRunner::forward(const std::vector<SequenceInput>& seqs) {
+  return backend_->to_host(model_.forward(make_forward_batch(seqs), kv_));
+}
 
 }  // namespace mlaserve

@@ -57,7 +57,7 @@ std::vector<SampleOutput> Sampler::sample(Tensor& logits, const std::vector<Samp
     params[size_t(b)] = {g.temperature, g.top_k, g.top_p, g.min_p, in.seed, in.step};
   }
   Tensor ids = Tensor::empty(DType::I32, {B});
-  backend_.sample(logits, params, ids);
+  backend_->sample(logits, params, ids);
   std::vector<SampleOutput> out(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     out[size_t(b)].token = ids.data<int32_t>()[b];

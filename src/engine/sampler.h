@@ -1,6 +1,6 @@
 // Sampler: turns one row of logits per request into the next token, applying that request's
-// penalties first, and reports logprobs when asked. The draw itself is the backend's `sample`
-// op, so it is reproducible from (seed, step).
+// penalties first, and reports logprobs when asked. It works on host logits with the CPU
+// reference's `sample` op, so a draw depends only on (logits, params, seed, step).
 #pragma once
 
 #include <vector>
@@ -25,12 +25,12 @@ struct SampleOutput {
 
 class Sampler {
  public:
-  explicit Sampler(Backend& backend) : backend_(backend) {}
+  Sampler() : backend_(make_cpu_backend()) {}
   // logits [B, V] F32 host tensor, modified in place by the penalties.
   std::vector<SampleOutput> sample(Tensor& logits, const std::vector<SampleInput>& inputs);
 
  private:
-  Backend& backend_;
+  std::unique_ptr<Backend> backend_;
 };
 
 // In place on one row: repetition penalty over prompt and output, frequency and presence over the

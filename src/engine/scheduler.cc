@@ -32,7 +32,6 @@ struct Scheduler::Sequence {
 Scheduler::Scheduler(SchedulerConfig config, ModelRunner& runner)
     : config_(std::move(config)),
       runner_(runner),
-      sampler_(runner.backend()),
       allocator_(runner.num_slots() / config_.page_size * config_.page_size, config_.page_size) {
   if (config_.radix_cache) cache_ = std::make_unique<RadixCache>(config_.page_size);
   MLA_CHECK(config_.context_length > 0, "scheduler: context length must be positive");

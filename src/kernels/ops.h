@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/tensor.h"
@@ -56,6 +57,17 @@ class Backend {
   // Activation dtype this backend computes in (F32 on the CPU).
   virtual DType activation_dtype() const = 0;
   virtual Tensor empty(DType dtype, Shape shape) = 0;
+  // Moving data in and out. A host tensor becomes one this backend's ops take: the CPU keeps it;
+  // the CUDA backend copies it to the device, float matrices as BF16 (1-D F32 vectors such as
+  // norms, biases and frequencies stay F32; index tensors keep their type).
+  virtual Tensor to_backend(const Tensor& host) { return host; }
+  // A linear layer's weight as this backend's linear op takes it (CUDA: FP8 blocks dequantized
+  // to BF16 until the FP8 kernels land).
+  virtual LinearWeight to_backend(const LinearWeight& w) { return w; }
+  // A host copy (the CPU returns the tensor itself).
+  virtual Tensor to_host(const Tensor& t) { return t; }
+  virtual void synchronize() {}
+
   // Rank and world size of this backend's tensor-parallel group (1 GPU: 0 and 1).
   virtual int rank() const { return 0; }
   virtual int world_size() const { return 1; }
@@ -110,5 +122,7 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// "cpu" or "cuda" (the latter only in builds with CUDA); an unknown name is an Error.
+std::unique_ptr<Backend> make_backend(const std::string& device);
 
 }  // namespace mlaserve

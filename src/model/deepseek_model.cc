@@ -1,6 +1,7 @@
 #include "model/deepseek_model.h"
 
 #include "common/error.h"
+#include "model/backend_weights.h"
 #include "model/rope.h"
 
 namespace mlaserve {
@@ -25,17 +26,20 @@ void split_kv_b(const LinearWeight& kv_b, int64_t H, int64_t nope, int64_t v, Te
 DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& backend)
     : config_(std::move(config)), weights_(std::move(weights)), backend_(backend) {
   rope_ = make_rope_table(config_);
+  rope_.inv_freq = backend_.to_backend(rope_.inv_freq);
   softmax_scale_ = float(config_.softmax_scale());
   for (const LayerWeights& l : weights_.layers) {
     Tensor uk, uv;
     split_kv_b(l.attn.kv_b_proj, config_.num_attention_heads, config_.qk_nope_head_dim, config_.v_head_dim, uk, uv);
-    w_uk_.push_back(uk);
-    w_uv_.push_back(uv);
+    w_uk_.push_back(backend_.to_backend(uk));
+    w_uv_.push_back(backend_.to_backend(uv));
   }
+  move_weights_to_backend(weights_, backend_);
 }
 
-Tensor DeepseekModel::forward(const ForwardBatch& batch, KvPool& kv) {
+Tensor DeepseekModel::forward(const ForwardBatch& host_batch, KvPool& kv) {
   Backend& ops = backend_;
+  ForwardBatch batch = batch_to_backend(host_batch, ops);
   const ModelConfig& c = config_;
   int64_t T = batch.num_tokens(), H = c.hidden_size;
   MLA_CHECK(T > 0, "forward: empty batch");

@@ -17,8 +17,8 @@ class DeepseekModel {
  public:
   DeepseekModel(ModelConfig config, ModelWeights weights, Backend& backend);
 
-  // Runs the batch's new tokens, writes their latents into `kv`, and returns the logits of the
-  // batch's logit_rows: [R, vocab] in fp32.
+  // Runs the batch's new tokens (a host ForwardBatch), writes their latents into `kv`, and returns
+  // the logits of the batch's logit_rows: [R, vocab] fp32, on the backend (Backend::to_host).
   Tensor forward(const ForwardBatch& batch, KvPool& kv);
 
   const ModelConfig& config() const { return config_; }
@@ -35,7 +35,7 @@ class DeepseekModel {
   Backend& backend_;
   RopeTable rope_;
   float softmax_scale_;
-  // Absorbed-form projections cut from kv_b_proj per layer, in fp32:
+  // Absorbed-form projections cut from kv_b_proj per layer (fp32 on the CPU, BF16 on CUDA):
   std::vector<Tensor> w_uk_;  // [H, nope, kv_lora]: q_nope -> latent query
   std::vector<Tensor> w_uv_;  // [H, v, kv_lora]: latent output -> per-head value
 };

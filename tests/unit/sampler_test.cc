@@ -26,8 +26,7 @@ TEST(Sampler, PenaltiesFollowTheirDefinitions) {
 }
 
 TEST(Sampler, GreedyTokenAndLogprobs) {
-  auto cpu = make_cpu_backend();
-  Sampler sampler(*cpu);
+  Sampler sampler;
   GenerationParams p;
   p.temperature = 0;
   p.logprobs = 2;

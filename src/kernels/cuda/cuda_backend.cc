@@ -53,9 +53,30 @@ Tensor CudaBackend::to_device(const Tensor& host) {
   return d;
 }
 
+Tensor CudaBackend::to_backend(const Tensor& host) {
+  if (host.device() == Device::CUDA) return host;
+  bool keep = !is_float(host.dtype()) || (host.ndim() <= 1 && host.dtype() != DType::F8_E4M3);
+  if (keep) return to_device(host);
+  // Float matrices become BF16, the activation type the kernels read.
+  Tensor f = host.to_f32();
+  Tensor b = Tensor::empty(DType::BF16, f.shape());
+  const float* src = f.data<float>();
+  uint16_t* dst = b.data<uint16_t>();
+  int64_t n = f.numel();
+#pragma omp parallel for if (n >= (int64_t(1) << 20))
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+  return to_device(b);
+}
+
+LinearWeight CudaBackend::to_backend(const LinearWeight& w) {
+  LinearWeight out;
+  out.weight = to_backend(w.is_fp8_block() ? dequantize(w) : w.weight);
+  return out;
+}
+
 Tensor CudaBackend::to_host(const Tensor& dev) {
-  MLA_CHECK(dev.device() == Device::CUDA && dev.is_contiguous(), "to_host: {} is not a contiguous device tensor",
-            dev.describe());
+  if (dev.device() == Device::CPU) return dev;
+  MLA_CHECK(dev.is_contiguous(), "to_host: {} is not a contiguous device tensor", dev.describe());
   Tensor h = Tensor::empty(dev.dtype(), dev.shape());
   CUDA_CHECK(cudaMemcpyAsync(h.raw(), dev.raw(), dev.nbytes(), cudaMemcpyDeviceToHost, stream_));
   synchronize();

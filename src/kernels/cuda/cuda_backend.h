@@ -27,11 +27,13 @@ class CudaBackend final : public Backend {
   DType activation_dtype() const override { return DType::BF16; }
   Tensor empty(DType dtype, Shape shape) override;
   cudaStream_t stream() const { return stream_; }
-  void synchronize();
+  void synchronize() override;
 
-  // Host <-> device copies of whole (contiguous) tensors.
+  // Host <-> device copies of whole tensors, dtype kept.
   Tensor to_device(const Tensor& host);
-  Tensor to_host(const Tensor& device);
+  Tensor to_host(const Tensor& device) override;
+  Tensor to_backend(const Tensor& host) override;
+  LinearWeight to_backend(const LinearWeight& w) override;
 
   void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;

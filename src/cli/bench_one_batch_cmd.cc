@@ -1,0 +1,122 @@
+// `mlaserve bench-one-batch`: like sglang.bench_one_batch, one static batch through the model
+// without the server: prefill of batch_size prompts of input_len, then output_len decode steps.
+// Reports prefill latency and throughput, median decode step latency and throughput, and the total.
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+
+#include "cache/kv_pool.h"
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/random.h"
+#include "engine/forward_batch.h"
+#include "model/deepseek_model.h"
+#include "model/load_model.h"
+#include "weights/weight_loader.h"
+
+namespace mlaserve::cli {
+
+namespace {
+
+struct OneBatchArgs {
+  ModelLoadOptions load{.load_format = "dummy"};
+  std::vector<int> batch_sizes{1}, input_lens{256}, output_lens{16};
+  std::string device = "cpu";
+  int num_layers = 0;  // > 0: cut the model to this many layers (for shapes too big to hold)
+  std::string result_file;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+void run(const OneBatchArgs& a) {
+  ModelConfig config = load_model_config(a.load.model);
+  if (a.num_layers > 0) {
+    MLA_CHECK(a.num_layers <= config.num_hidden_layers, "--num-layers {} exceeds the model's {}", a.num_layers,
+              config.num_hidden_layers);
+    config.num_hidden_layers = a.num_layers;
+    config.first_k_dense_replace = std::min(config.first_k_dense_replace, config.num_hidden_layers);
+    config.num_nextn_predict_layers = 0;
+  }
+  MLA_CHECK(a.load.load_format == "dummy" || a.num_layers == 0, "--num-layers needs --load-format dummy");
+  auto source = a.load.load_format == "dummy" ? make_dummy_source(config, a.load.seed, config.dtype)
+                                              : open_checkpoint_source(a.load.model);
+  ModelWeights weights = load_model_weights(config, *source);
+  auto backend = make_backend(a.device);
+  DeepseekModel model(config, std::move(weights), *backend);
+  int max_bs = *std::max_element(a.batch_sizes.begin(), a.batch_sizes.end());
+  int max_len = *std::max_element(a.input_lens.begin(), a.input_lens.end()) +
+                *std::max_element(a.output_lens.begin(), a.output_lens.end());
+  KvPool kv(*backend, config.num_hidden_layers, int64_t(max_bs) * max_len, config.kv_cache_dim(),
+            backend->activation_dtype());
+  std::printf("%-6s %-6s %-6s %12s %14s %14s %14s %10s\n", "batch", "input", "output", "prefill s", "prefill tok/s",
+              "decode ms", "decode tok/s", "total s");
+  for (int bs : a.batch_sizes)
+    for (int in_len : a.input_lens)
+      for (int out_len : a.output_lens) {
+        std::vector<SequenceInput> seqs(static_cast<size_t>(bs));
+        for (int b = 0; b < bs; ++b) {
+          for (int t = 0; t < in_len; ++t)
+            seqs[size_t(b)].new_tokens.push_back(int32_t(100 + hash64(b, t) % uint64_t(config.vocab_size - 100)));
+          seqs[size_t(b)].slots.resize(size_t(in_len));
+          std::iota(seqs[size_t(b)].slots.begin(), seqs[size_t(b)].slots.end(), b * max_len);
+        }
+        // A warm-up pass (allocations, plans, cuBLASLt heuristics) is not timed.
+        backend->to_host(model.forward(make_forward_batch(seqs), kv));
+        auto t0 = std::chrono::steady_clock::now();
+        Tensor logits = backend->to_host(model.forward(make_forward_batch(seqs), kv));
+        double prefill = seconds_since(t0);
+        std::vector<double> steps;
+        for (int step = 0; step < out_len; ++step) {
+          for (int b = 0; b < bs; ++b) {
+            auto& s = seqs[size_t(b)];
+            const float* row = logits.data<float>() + int64_t(b) * logits.stride(0);
+            int32_t next = int32_t(std::max_element(row, row + config.vocab_size) - row);
+            s.new_tokens = {next};
+            s.slots.push_back(b * max_len + in_len + step);
+          }
+          auto ts = std::chrono::steady_clock::now();
+          logits = backend->to_host(model.forward(make_forward_batch(seqs), kv));
+          steps.push_back(seconds_since(ts));
+        }
+        std::vector<double> sorted = steps;
+        std::sort(sorted.begin(), sorted.end());
+        double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+        double total = prefill + std::accumulate(steps.begin(), steps.end(), 0.0);
+        std::printf("%-6d %-6d %-6d %12.4f %14.1f %14.3f %14.1f %10.3f\n", bs, in_len, out_len, prefill,
+                    double(bs) * in_len / prefill, median * 1e3, median > 0 ? bs / median : 0.0, total);
+        if (!a.result_file.empty()) {
+          nlohmann::json j = {{"model", a.load.model}, {"device", a.device}, {"num_layers", config.num_hidden_layers},
+                              {"batch_size", bs}, {"input_len", in_len}, {"output_len", out_len},
+                              {"prefill_latency_s", prefill}, {"prefill_throughput", double(bs) * in_len / prefill},
+                              {"median_decode_latency_s", median},
+                              {"median_decode_throughput", median > 0 ? bs / median : 0.0}, {"total_latency_s", total}};
+          std::ofstream(a.result_file, std::ios::app) << j.dump() << "\n";
+        }
+      }
+}
+
+}  // namespace
+
+void register_bench_one_batch(CLI::App& app) {
+  auto a = std::make_shared<OneBatchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench-one-batch", "Time one static batch through the model (no server)");
+  cmd->add_option("--model", a->load.model, "Checkpoint folder or preset")->required();
+  cmd->add_option("--load-format", a->load.load_format, "dummy | safetensors | auto")->capture_default_str();
+  cmd->add_option("--random-seed", a->load.seed)->capture_default_str();
+  cmd->add_option("--device", a->device, "cpu | cuda")->capture_default_str();
+  cmd->add_option("--batch-size", a->batch_sizes, "One or more")->capture_default_str();
+  cmd->add_option("--input-len", a->input_lens, "One or more")->capture_default_str();
+  cmd->add_option("--output-len", a->output_lens, "One or more")->capture_default_str();
+  cmd->add_option("--num-layers", a->num_layers, "Cut the model to this many layers (dummy weights)");
+  cmd->add_option("--result-filename", a->result_file, "Append one JSON line per configuration");
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace mlaserve::cli

@@ -1,0 +1,66 @@
+#include "model/backend_weights.h"
+
+#include "engine/forward_batch.h"
+
+namespace mlaserve {
+
+namespace {
+
+void move(Tensor& t, Backend& b) {
+  if (t.defined()) t = b.to_backend(t);
+}
+void move(LinearWeight& w, Backend& b) {
+  if (w.weight.defined()) w = b.to_backend(w);
+}
+void move(GatedMlpWeights& m, Backend& b) {
+  move(m.gate, b);
+  move(m.up, b);
+  move(m.down, b);
+}
+
+void move(LayerWeights& l, Backend& b) {
+  move(l.input_norm, b);
+  move(l.post_attention_norm, b);
+  AttentionWeights& a = l.attn;
+  for (LinearWeight* w : {&a.q_proj, &a.q_a_proj, &a.q_b_proj, &a.kv_a_proj, &a.kv_b_proj, &a.o_proj}) move(*w, b);
+  move(a.q_a_norm, b);
+  move(a.kv_a_norm, b);
+  if (l.is_moe) {
+    move(l.moe.router, b);
+    move(l.moe.correction_bias, b);
+    for (auto& e : l.moe.experts) move(e, b);
+    if (l.moe.has_shared) move(l.moe.shared, b);
+  } else {
+    move(l.mlp, b);
+  }
+}
+
+}  // namespace
+
+void move_weights_to_backend(ModelWeights& w, Backend& b) {
+  if (b.device() == Device::CPU) return;
+  move(w.embed, b);
+  for (auto& l : w.layers) move(l, b);
+  move(w.final_norm, b);
+  move(w.lm_head, b);
+  for (auto& m : w.mtp) {
+    move(m.enorm, b);
+    move(m.hnorm, b);
+    move(m.eh_proj, b);
+    move(m.embed, b);
+    move(m.layer, b);
+    move(m.head_norm, b);
+    move(m.head, b);
+  }
+}
+
+ForwardBatch batch_to_backend(const ForwardBatch& batch, Backend& b) {
+  if (b.device() == Device::CPU) return batch;
+  ForwardBatch d = batch;
+  for (Tensor* t : {&d.input_ids, &d.positions, &d.out_slots, &d.logit_rows, &d.attn.seq_lens, &d.attn.query_start,
+                    &d.attn.kv_start, &d.attn.kv_indices})
+    move(*t, b);
+  return d;
+}
+
+}  // namespace mlaserve
