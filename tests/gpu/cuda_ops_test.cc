@@ -69,6 +69,45 @@ TEST_F(CudaOps, SiluAndMulAndAdd) {
   }
 }
 
+TEST_F(CudaOps, RowOpsOnStridedViewsAndOddSizes) {
+  // Rows that are not 16-byte aligned (odd offset or leading dimension, D % 8 != 0) take the scalar
+  // kernels; aligned strided views (ld != D) take the 16-byte ones.
+  struct Case {
+    int64_t D, ld, off;
+  };
+  int64_t T = 7;
+  for (Case c : {Case{576, 579, 1}, Case{136, 272, 136}, Case{130, 131, 0}, Case{1000, 1000, 0}, Case{2048, 2056, 8}}) {
+    Tensor x = random_f32({T, c.ld}, seed + c.D, 2.0f), res = random_f32({T, c.ld}, seed + c.ld);
+    Tensor w = random_f32({c.D}, seed + 3, 0.2f, 1.0f);
+    Tensor xv = x.narrow(1, c.off, c.D), want = Tensor::empty(DType::F32, {T, c.D});
+    cpu->rmsnorm(xv, w, 1e-6f, want);
+    Tensor xg = dev_bf16(x), out = poisoned(gpu, DType::BF16, {T, c.D});
+    gpu.rmsnorm(xg.narrow(1, c.off, c.D), dev_bf16(w), 1e-6f, out);
+    EXPECT_LE(rel_l2(gpu.to_host(out), want), kBf16Tolerance) << "rmsnorm D=" << c.D << " ld=" << c.ld;
+
+    Tensor res_cpu = res.to_f32(), rv = res_cpu.narrow(1, c.off, c.D);
+    cpu->add_rmsnorm(xv, rv, w, 1e-6f, want);
+    Tensor res_gpu = dev_bf16(res), rgv = res_gpu.narrow(1, c.off, c.D);
+    gpu.add_rmsnorm(xg.narrow(1, c.off, c.D), rgv, gpu.to_device(w), 1e-6f, out);
+    EXPECT_LE(rel_l2(gpu.to_host(out), want), kBf16Tolerance) << "add_rmsnorm D=" << c.D << " ld=" << c.ld;
+    EXPECT_LE(rel_l2(gpu.to_host(res_gpu), res_cpu), kBf16Tolerance) << "residual D=" << c.D << " ld=" << c.ld;
+
+    // gate and up as the two halves of one [T, 2 * D] buffer, as the MoE experts lay them out.
+    Tensor gu = random_f32({T, 2 * c.D}, seed + 5 * c.D, 3.0f), gug = dev_bf16(gu);
+    Tensor want2 = Tensor::empty(DType::F32, {T, c.D});
+    cpu->silu_and_mul(gu.narrow(1, 0, c.D), gu.narrow(1, c.D, c.D), want2);
+    Tensor out2 = poisoned(gpu, DType::BF16, {T, c.D});
+    gpu.silu_and_mul(gug.narrow(1, 0, c.D), gug.narrow(1, c.D, c.D), out2);
+    EXPECT_LE(rel_l2(gpu.to_host(out2), want2), kBf16Tolerance) << "silu_and_mul D=" << c.D;
+
+    Tensor sum_cpu = res.to_f32(), sum_gpu = dev_bf16(res);
+    Tensor sv = sum_cpu.narrow(1, c.off, c.D), sgv = sum_gpu.narrow(1, c.off, c.D);
+    cpu->add(sv, xv);
+    gpu.add(sgv, xg.narrow(1, c.off, c.D));
+    EXPECT_LE(rel_l2(gpu.to_host(sum_gpu), sum_cpu), kBf16Tolerance) << "add D=" << c.D << " ld=" << c.ld;
+  }
+}
+
 TEST_F(CudaOps, RopeOnQueryHeadsAndTheLatent) {
   // q [T, 16, 192] with rope on [128, 192); the latent [T, 576] with rope on [512, 576).
   int64_t T = 37;

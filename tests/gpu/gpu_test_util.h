@@ -54,4 +54,19 @@ inline double rel_l2(const Tensor& got_any, const Tensor& want) {
 // BF16 outputs of fp32 math: the rounding of the output alone is up to 2^-9 relative.
 constexpr double kBf16Tolerance = 8e-3;
 
+// The common fixture of the GPU tests: both backends, and a fresh seed for the inputs that is
+// printed when a test fails (so a failure can be replayed); `worst` is the test's largest error.
+class GpuTest : public ::testing::Test {
+ protected:
+  cuda::CudaBackend gpu;
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  uint64_t seed = fresh_seed();
+  double worst = 0;
+  void TearDown() override {
+    if (HasFailure()) std::printf("inputs seed: %llu\n", (unsigned long long)seed);
+    if (worst > 0) std::printf("worst relative error: %.3g\n", worst);
+  }
+  Tensor dev_bf16(const Tensor& f32) { return gpu.to_device(to_dtype(f32, DType::BF16)); }
+};
+
 }  // namespace mlaserve::gputest

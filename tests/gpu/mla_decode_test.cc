@@ -24,14 +24,8 @@ struct HostMd {
   int64_t T = 0, num_kv = 0;
 };
 
-class MlaDecode : public ::testing::Test {
+class MlaDecode : public GpuTest {
  protected:
-  cuda::CudaBackend gpu;
-  std::unique_ptr<Backend> cpu = make_cpu_backend();
-  uint64_t seed = fresh_seed();
-  void TearDown() override {
-    if (HasFailure()) std::printf("inputs seed: %llu\n", (unsigned long long)seed);
-  }
 
   // Metadata of `b` with every token at a distinct random slot of a pool of `num_slots`.
   HostMd make_md(const Batch& b, int64_t num_slots, uint64_t s) {

@@ -15,14 +15,8 @@ struct SeqShape {
   int32_t seq_len, num_queries;  // num_queries < seq_len: the rest is a cached prefix
 };
 
-class MlaPrefill : public ::testing::Test {
+class MlaPrefill : public GpuTest {
  protected:
-  cuda::CudaBackend gpu;
-  std::unique_ptr<Backend> cpu = make_cpu_backend();
-  uint64_t seed = fresh_seed();
-  void TearDown() override {
-    if (HasFailure()) std::printf("inputs seed: %llu\n", (unsigned long long)seed);
-  }
 
   // Checks the op and every tile configuration; `worst` keeps the largest relative L2 error.
   void check(const std::vector<SeqShape>& seqs, int64_t H) {
@@ -59,25 +53,7 @@ class MlaPrefill : public ::testing::Test {
 
     for (int c = 1; c < cuda::mla_prefill_num_configs(); ++c) {
       Tensor o2 = poisoned(gpu, DType::BF16, {T, H, kV});
-      cuda::MlaPrefillParams p;
-      p.q = q_dev.raw();
-      p.kv = kv_dev.raw();
-      p.k_pe = kpe_dev.raw();
-      p.out = o2.raw();
-      p.query_start = dev_md.query_start.data<int32_t>();
-      p.kv_start = dev_md.kv_start.data<int32_t>();
-      p.seq_lens = dev_md.seq_lens.data<int32_t>();
-      p.q_st0 = q_dev.stride(0);
-      p.q_st1 = q_dev.stride(1);
-      p.kv_st0 = kv_dev.stride(0);
-      p.kv_st1 = kv_dev.stride(1);
-      p.kpe_st0 = kpe_dev.stride(0);
-      p.o_st0 = o2.stride(0);
-      p.o_st1 = o2.stride(1);
-      p.num_seqs = host_md.num_seqs;
-      p.num_heads = int(H);
-      p.max_queries = int(std::min<int64_t>(T, max_len));
-      p.scale = scale;
+      cuda::MlaPrefillParams p = cuda::mla_prefill_params(q_dev, kv_dev, kpe_dev, dev_md, scale, o2);
       p.config = c;
       cuda::launch_mla_prefill(p, gpu.stream());
       double e2 = rel_l2(gpu.to_host(o2), want);
@@ -85,7 +61,6 @@ class MlaPrefill : public ::testing::Test {
       worst = std::max(worst, e2);
     }
   }
-  double worst = 0;
 };
 
 TEST_F(MlaPrefill, SixteenHeadsMixedLengths) {

@@ -10,18 +10,7 @@ namespace {
 
 using namespace gputest;
 
-class Moe : public ::testing::Test {
- protected:
-  cuda::CudaBackend gpu;
-  std::unique_ptr<Backend> cpu = make_cpu_backend();
-  uint64_t seed = fresh_seed();
-  double worst = 0;
-  void TearDown() override {
-    if (HasFailure()) std::printf("inputs seed: %llu\n", (unsigned long long)seed);
-    std::printf("worst relative error: %.3g\n", worst);
-  }
-  Tensor dev_bf16(const Tensor& f32) { return gpu.to_device(to_dtype(f32, DType::BF16)); }
-};
+class Moe : public GpuTest {};
 
 struct RouteCase {
   const char* name;

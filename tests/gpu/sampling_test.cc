@@ -10,14 +10,8 @@ namespace {
 
 using namespace gputest;
 
-class Sampling : public ::testing::Test {
+class Sampling : public GpuTest {
  protected:
-  cuda::CudaBackend gpu;
-  std::unique_ptr<Backend> cpu = make_cpu_backend();
-  uint64_t seed = fresh_seed();
-  void TearDown() override {
-    if (HasFailure()) std::printf("inputs seed: %llu\n", (unsigned long long)seed);
-  }
 
   // Draws `steps` times with every row's params (step advanced) on both backends; counts agreement.
   void compare(const Tensor& logits, std::vector<SamplingParams> params, int steps, const char* what) {

@@ -11,6 +11,12 @@
 
 namespace mlaserve::cuda {
 
+struct MlaPrefillParams;
+// The prefill kernel's parameters for the op's arguments, after checking them (used by the op and
+// by tests that launch each tile configuration).
+MlaPrefillParams mla_prefill_params(const Tensor& q, const Tensor& kv, const Tensor& k_pe,
+                                    const AttentionMetadata& md, float scale, Tensor& out);
+
 class GemmRunner;
 class MoeRunner;
 class SamplerState;

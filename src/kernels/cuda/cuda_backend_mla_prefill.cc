@@ -27,8 +27,8 @@ void check_index(const Tensor& t, int64_t n, const char* what) {
 
 }  // namespace
 
-void CudaBackend::mla_prefill(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const AttentionMetadata& md,
-                              float scale, Tensor& out) {
+MlaPrefillParams mla_prefill_params(const Tensor& q, const Tensor& kv, const Tensor& k_pe,
+                                    const AttentionMetadata& md, float scale, Tensor& out) {
   MLA_CHECK(q.defined() && q.ndim() == 3 && kv.defined() && kv.ndim() == 3,
             "mla_prefill: q and kv must be [tokens, heads, dim]");
   int64_t T = q.size(0), H = q.size(1), S = kv.size(0);
@@ -40,7 +40,6 @@ void CudaBackend::mla_prefill(const Tensor& q, const Tensor& kv, const Tensor& k
   check_index(md.query_start, md.num_seqs + 1, "query_start");
   check_index(md.kv_start, md.num_seqs + 1, "kv_start");
   MLA_CHECK(H <= 65535 && md.num_seqs <= 65535, "mla_prefill: {} heads, {} seqs exceed the grid", H, md.num_seqs);
-  if (T == 0 || md.num_seqs == 0) return;
   MlaPrefillParams p;
   p.q = q.raw();
   p.kv = kv.raw();
@@ -61,6 +60,13 @@ void CudaBackend::mla_prefill(const Tensor& q, const Tensor& kv, const Tensor& k
   // A seq has at most min(T, seq_len) queries; max_seq_len 0 means unknown.
   p.max_queries = int(md.max_seq_len > 0 ? std::min<int64_t>(T, md.max_seq_len) : T);
   p.scale = scale;
+  return p;
+}
+
+void CudaBackend::mla_prefill(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const AttentionMetadata& md,
+                              float scale, Tensor& out) {
+  MlaPrefillParams p = mla_prefill_params(q, kv, k_pe, md, scale, out);
+  if (q.size(0) == 0 || md.num_seqs == 0) return;
   launch_mla_prefill(p, stream_);
 }
 
