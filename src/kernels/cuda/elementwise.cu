@@ -1,5 +1,6 @@
-// Memory-bound kernels: one block per row, fp32 math, BF16 in and out. Each reads its inputs
-// once and writes its outputs once; the benchmark compares them with the copy bandwidth.
+// Memory-bound kernels: fp32 math, BF16 in and out. Each reads its inputs once and writes its
+// outputs once; the benchmark compares them with the copy bandwidth. Scalar kernels (one block per
+// row, 2-byte accesses) handle any stride; 16-byte kernels below take aligned rows.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/cuda_check.h"
@@ -113,17 +114,237 @@ __global__ void copy_rows_kernel(const bf16* src, int64_t src_ld, const int32_t*
 
 int threads_for(int64_t n) { return n >= 256 ? 256 : int((n + 31) / 32 * 32); }
 
+// ---- 16-byte paths: 8 BF16 per access. Used when every row start is 16-byte aligned (base
+// pointer aligned, leading dimension and row length multiples of 8); the scalar kernels above
+// stay for odd sizes and strided views. Same fp32 math, same rounding points.
+
+constexpr int kVec = 8;  // BF16 per uint4
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+// A [rows, n] BF16 matrix with leading dimension ld can be read as uint4 rows.
+bool vec_ok(const void* p, int64_t ld, int64_t n) { return aligned16(p) && ld % kVec == 0 && n % kVec == 0; }
+
+__device__ __forceinline__ void unpack8(const uint4& v, float f[kVec]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    float2 t = __bfloat1622float2(h[k]);
+    f[2 * k] = t.x;
+    f[2 * k + 1] = t.y;
+  }
+}
+__device__ __forceinline__ uint4 pack8(const float f[kVec]) {
+  uint4 v;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+  return v;
+}
+// Elements [8c, 8c + 8) of a BF16 or F32 vector (16-byte aligned base).
+__device__ __forceinline__ void load8(const bf16* p, int64_t c, float f[kVec]) {
+  unpack8(reinterpret_cast<const uint4*>(p)[c], f);
+}
+__device__ __forceinline__ void load8(const float* p, int64_t c, float f[kVec]) {
+  float4 a = reinterpret_cast<const float4*>(p)[2 * c], b = reinterpret_cast<const float4*>(p)[2 * c + 1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+// One block per row of nv = D / 8 vectors, blockDim ~ nv / VPT (<= 256): every thread holds VPT
+// vectors of the row in registers between the sum of squares and the scaling, so x and the
+// residual are read once and out / residual written once. All loads are issued before any use.
+template <int VPT, class W>
+__global__ void __launch_bounds__(256) rmsnorm_vec_kernel(const bf16* x, int64_t x_ld, bf16* residual,
+                                                          int64_t res_ld, const W* w, float eps, int64_t D,
+                                                          bf16* out, int64_t out_ld) {
+  const int64_t row = blockIdx.x;
+  const int nv = int(D / kVec);
+  const uint4* xr = reinterpret_cast<const uint4*>(x + row * x_ld);
+  uint4 raw[VPT];
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    int c = threadIdx.x + j * blockDim.x;
+    if (c < nv) raw[j] = xr[c];
+  }
+  float v[VPT][kVec];
+  float sum = 0;
+  if (residual) {
+    uint4* rr = reinterpret_cast<uint4*>(residual + row * res_ld);
+    uint4 rraw[VPT];
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      int c = threadIdx.x + j * blockDim.x;
+      if (c < nv) rraw[j] = rr[c];
+    }
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      int c = threadIdx.x + j * blockDim.x;
+      if (c < nv) {
+        float a[kVec], b[kVec];
+        unpack8(raw[j], a);
+        unpack8(rraw[j], b);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) a[k] += b[k];
+        uint4 stored = pack8(a);
+        rr[c] = stored;
+        unpack8(stored, v[j]);  // normalize what the residual stream holds
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < VPT; ++j)
+      if (threadIdx.x + j * blockDim.x < nv) unpack8(raw[j], v[j]);
+  }
+#pragma unroll
+  for (int j = 0; j < VPT; ++j)
+    if (threadIdx.x + j * blockDim.x < nv) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) sum += v[j][k] * v[j][k];
+    }
+  float inv = rsqrtf(block_sum(sum) / float(D) + eps);
+  uint4* o = reinterpret_cast<uint4*>(out + row * out_ld);
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    int c = threadIdx.x + j * blockDim.x;
+    if (c < nv) {
+      float wf[kVec], r[kVec];
+      load8(w, c, wf);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) r[k] = wf[k] * (v[j][k] * inv);
+      o[c] = pack8(r);
+    }
+  }
+}
+
+// Row-wise elementwise kernels: blockIdx.y strides over rows, blockIdx.x over chunks of
+// kEwThreads * kEwUnroll vectors within a row; the loads of a chunk are issued together.
+constexpr int kEwThreads = 128, kEwUnroll = 2;
+
+dim3 ew_grid(int64_t T, int64_t nv) {
+  int64_t chunks = (nv + kEwThreads * kEwUnroll - 1) / (kEwThreads * kEwUnroll);
+  return dim3(unsigned(chunks), unsigned(T < 65535 ? T : 65535));
+}
+
+__global__ void __launch_bounds__(kEwThreads) silu_and_mul_vec_kernel(const bf16* g, int64_t g_ld, const bf16* u,
+                                                                      int64_t u_ld, bf16* o, int64_t o_ld, int64_t T,
+                                                                      int nv) {
+  const int base = blockIdx.x * kEwThreads * kEwUnroll + threadIdx.x;
+  for (int64_t row = blockIdx.y; row < T; row += gridDim.y) {
+    const uint4* gr = reinterpret_cast<const uint4*>(g + row * g_ld);
+    const uint4* ur = reinterpret_cast<const uint4*>(u + row * u_ld);
+    uint4* orow = reinterpret_cast<uint4*>(o + row * o_ld);
+    uint4 ga[kEwUnroll], ua[kEwUnroll];
+#pragma unroll
+    for (int j = 0; j < kEwUnroll; ++j) {
+      int c = base + j * kEwThreads;
+      if (c < nv) ga[j] = gr[c], ua[j] = ur[c];
+    }
+#pragma unroll
+    for (int j = 0; j < kEwUnroll; ++j) {
+      int c = base + j * kEwThreads;
+      if (c < nv) {
+        float a[kVec], b[kVec];
+        unpack8(ga[j], a);
+        unpack8(ua[j], b);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) a[k] = a[k] / (1.0f + __expf(-a[k])) * b[k];
+        orow[c] = pack8(a);
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kEwThreads) add_vec_kernel(bf16* x, int64_t x_ld, const bf16* y, int64_t y_ld,
+                                                             int64_t T, int nv) {
+  const int base = blockIdx.x * kEwThreads * kEwUnroll + threadIdx.x;
+  for (int64_t row = blockIdx.y; row < T; row += gridDim.y) {
+    uint4* xr = reinterpret_cast<uint4*>(x + row * x_ld);
+    const uint4* yr = reinterpret_cast<const uint4*>(y + row * y_ld);
+    uint4 xa[kEwUnroll], ya[kEwUnroll];
+#pragma unroll
+    for (int j = 0; j < kEwUnroll; ++j) {
+      int c = base + j * kEwThreads;
+      if (c < nv) xa[j] = xr[c], ya[j] = yr[c];
+    }
+#pragma unroll
+    for (int j = 0; j < kEwUnroll; ++j) {
+      int c = base + j * kEwThreads;
+      if (c < nv) {
+        float a[kVec], b[kVec];
+        unpack8(xa[j], a);
+        unpack8(ya[j], b);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) a[k] += b[k];
+        xr[c] = pack8(a);
+      }
+    }
+  }
+}
+
+// Gathered rows (embedding, kv_store / kv_gather): one warp per row, kRowsPerBlock rows per block,
+// so a short row (576 BF16 = 72 vectors) does not leave most of a block idle.
+constexpr int kRowsPerBlock = 4;
+
+template <class T>
+__global__ void __launch_bounds__(32 * kRowsPerBlock) embedding_vec_kernel(const int32_t* ids, int64_t n_ids,
+                                                                           const T* table, int64_t table_ld, int nv,
+                                                                           bf16* out, int64_t out_ld) {
+  int64_t t = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  if (t >= n_ids) return;
+  const T* src = table + int64_t(ids[t]) * table_ld;
+  uint4* dst = reinterpret_cast<uint4*>(out + t * out_ld);
+  for (int c = threadIdx.x % 32; c < nv; c += 32) {
+    float f[kVec];
+    load8(src, c, f);
+    dst[c] = pack8(f);
+  }
+}
+
+__global__ void __launch_bounds__(32 * kRowsPerBlock) copy_rows_vec_kernel(const bf16* src, int64_t src_ld,
+                                                                           const int32_t* src_rows, bf16* dst,
+                                                                           int64_t dst_ld, const int32_t* dst_rows,
+                                                                           int64_t R, int nv) {
+  int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  if (r >= R) return;
+  int64_t s = src_rows ? src_rows[r] : r, d = dst_rows ? dst_rows[r] : r;
+  const uint4* a = reinterpret_cast<const uint4*>(src + s * src_ld);
+  uint4* b = reinterpret_cast<uint4*>(dst + d * dst_ld);
+  for (int c = threadIdx.x % 32; c < nv; c += 32) b[c] = a[c];
+}
+
+unsigned row_blocks(int64_t rows) { return unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+
+template <class W>
+void rmsnorm_vec(const bf16* x, int64_t x_ld, bf16* res, int64_t res_ld, const W* w, float eps, int64_t T, int64_t D,
+                 bf16* out, int64_t out_ld, cudaStream_t s) {
+  int64_t nv = D / kVec;  // <= 1024
+  int vpt = nv >= 256 ? 4 : nv >= 64 ? 2 : 1;
+  int threads = int((nv + vpt - 1) / vpt + 31) / 32 * 32;
+  if (vpt == 4)
+    rmsnorm_vec_kernel<4><<<T, threads, 0, s>>>(x, x_ld, res, res_ld, w, eps, D, out, out_ld);
+  else if (vpt == 2)
+    rmsnorm_vec_kernel<2><<<T, threads, 0, s>>>(x, x_ld, res, res_ld, w, eps, D, out, out_ld);
+  else
+    rmsnorm_vec_kernel<1><<<T, threads, 0, s>>>(x, x_ld, res, res_ld, w, eps, D, out, out_ld);
+}
+
 }  // namespace
 
 void launch_embedding(const int32_t* ids, int64_t T, const void* table, bool table_f32, int64_t table_ld, int64_t H,
                       void* out, int64_t out_ld, cudaStream_t s) {
   if (T == 0) return;
-  if (table_f32)
-    embedding_kernel<<<T, threads_for(H), 0, s>>>(ids, static_cast<const float*>(table), table_ld, H,
-                                                   static_cast<bf16*>(out), out_ld);
+  auto ob = static_cast<bf16*>(out);
+  // F32 rows are 16-byte aligned when the leading dimension is a multiple of 4 floats.
+  bool vec = vec_ok(out, out_ld, H) && aligned16(table) && table_ld % (table_f32 ? 4 : kVec) == 0;
+  if (vec && table_f32)
+    embedding_vec_kernel<<<row_blocks(T), 32 * kRowsPerBlock, 0, s>>>(ids, T, static_cast<const float*>(table),
+                                                                      table_ld, int(H / kVec), ob, out_ld);
+  else if (vec)
+    embedding_vec_kernel<<<row_blocks(T), 32 * kRowsPerBlock, 0, s>>>(ids, T, static_cast<const bf16*>(table),
+                                                                      table_ld, int(H / kVec), ob, out_ld);
+  else if (table_f32)
+    embedding_kernel<<<T, threads_for(H), 0, s>>>(ids, static_cast<const float*>(table), table_ld, H, ob, out_ld);
   else
-    embedding_kernel<<<T, threads_for(H), 0, s>>>(ids, static_cast<const bf16*>(table), table_ld, H,
-                                                   static_cast<bf16*>(out), out_ld);
+    embedding_kernel<<<T, threads_for(H), 0, s>>>(ids, static_cast<const bf16*>(table), table_ld, H, ob, out_ld);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -135,7 +356,12 @@ void launch_rmsnorm(const void* x, int64_t x_ld, void* residual, int64_t res_ld,
   auto xb = static_cast<const bf16*>(x);
   auto rb = static_cast<bf16*>(residual);
   auto ob = static_cast<bf16*>(out);
-  if (w_f32)
+  bool vec = vec_ok(x, x_ld, D) && vec_ok(out, out_ld, D) && aligned16(w) && (!rb || vec_ok(rb, res_ld, D));
+  if (vec && w_f32)
+    rmsnorm_vec(xb, x_ld, rb, res_ld, static_cast<const float*>(w), eps, T, D, ob, out_ld, s);
+  else if (vec)
+    rmsnorm_vec(xb, x_ld, rb, res_ld, static_cast<const bf16*>(w), eps, T, D, ob, out_ld, s);
+  else if (w_f32)
     rmsnorm_kernel<<<T, kThreads, 0, s>>>(xb, x_ld, rb, res_ld, static_cast<const float*>(w), eps, D, ob, out_ld);
   else
     rmsnorm_kernel<<<T, kThreads, 0, s>>>(xb, x_ld, rb, res_ld, static_cast<const bf16*>(w), eps, D, ob, out_ld);
@@ -145,6 +371,13 @@ void launch_rmsnorm(const void* x, int64_t x_ld, void* residual, int64_t res_ld,
 void launch_silu_and_mul(const void* gate, int64_t g_ld, const void* up, int64_t u_ld, void* out, int64_t o_ld,
                          int64_t T, int64_t I, cudaStream_t s) {
   if (T == 0) return;
+  if (vec_ok(gate, g_ld, I) && vec_ok(up, u_ld, I) && vec_ok(out, o_ld, I)) {
+    silu_and_mul_vec_kernel<<<ew_grid(T, I / kVec), kEwThreads, 0, s>>>(
+        static_cast<const bf16*>(gate), g_ld, static_cast<const bf16*>(up), u_ld, static_cast<bf16*>(out), o_ld, T,
+        int(I / kVec));
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   silu_and_mul_kernel<<<T, threads_for(I), 0, s>>>(static_cast<const bf16*>(gate), g_ld, static_cast<const bf16*>(up),
                                                     u_ld, static_cast<bf16*>(out), o_ld, I);
   CUDA_CHECK_LAUNCH();
@@ -152,6 +385,12 @@ void launch_silu_and_mul(const void* gate, int64_t g_ld, const void* up, int64_t
 
 void launch_add(void* x, int64_t x_ld, const void* y, int64_t y_ld, int64_t T, int64_t D, cudaStream_t s) {
   if (T == 0) return;
+  if (vec_ok(x, x_ld, D) && vec_ok(y, y_ld, D)) {
+    add_vec_kernel<<<ew_grid(T, D / kVec), kEwThreads, 0, s>>>(static_cast<bf16*>(x), x_ld,
+                                                                static_cast<const bf16*>(y), y_ld, T, int(D / kVec));
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   add_kernel<<<T, threads_for(D), 0, s>>>(static_cast<bf16*>(x), x_ld, static_cast<const bf16*>(y), y_ld, D);
   CUDA_CHECK_LAUNCH();
 }
@@ -167,6 +406,12 @@ void launch_rope(void* x, int64_t st, int64_t sh, int64_t T, int64_t heads, int6
 void launch_kv_store(const void* latent, int64_t ld, const int32_t* slots, int64_t T, int64_t D, void* cache,
                      cudaStream_t s) {
   if (T == 0) return;
+  if (vec_ok(latent, ld, D) && vec_ok(cache, D, D)) {
+    copy_rows_vec_kernel<<<row_blocks(T), 32 * kRowsPerBlock, 0, s>>>(
+        static_cast<const bf16*>(latent), ld, nullptr, static_cast<bf16*>(cache), D, slots, T, int(D / kVec));
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   copy_rows_kernel<<<T, threads_for(D), 0, s>>>(static_cast<const bf16*>(latent), ld, nullptr,
                                                  static_cast<bf16*>(cache), D, slots, D);
   CUDA_CHECK_LAUNCH();
@@ -175,6 +420,12 @@ void launch_kv_store(const void* latent, int64_t ld, const int32_t* slots, int64
 void launch_kv_gather(const void* cache, const int32_t* indices, int64_t S, int64_t D, void* out, int64_t ld,
                       cudaStream_t s) {
   if (S == 0) return;
+  if (vec_ok(cache, D, D) && vec_ok(out, ld, D)) {
+    copy_rows_vec_kernel<<<row_blocks(S), 32 * kRowsPerBlock, 0, s>>>(
+        static_cast<const bf16*>(cache), D, indices, static_cast<bf16*>(out), ld, nullptr, S, int(D / kVec));
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   copy_rows_kernel<<<S, threads_for(D), 0, s>>>(static_cast<const bf16*>(cache), D, indices, static_cast<bf16*>(out),
                                                  ld, nullptr, D);
   CUDA_CHECK_LAUNCH();
