@@ -40,6 +40,8 @@ DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& 
 Tensor DeepseekModel::forward(const ForwardBatch& host_batch, KvPool& kv) {
   Backend& ops = backend_;
   ForwardBatch batch = batch_to_backend(host_batch, ops);
+  // Attention plans (split-KV schedules) are made by the first layer and reused by the others.
+  batch.attn.batch_id = ++forward_count_;
   const ModelConfig& c = config_;
   int64_t T = batch.num_tokens(), H = c.hidden_size;
   MLA_CHECK(T > 0, "forward: empty batch");

@@ -35,6 +35,7 @@ class DeepseekModel {
   Backend& backend_;
   RopeTable rope_;
   float softmax_scale_;
+  int64_t forward_count_ = 0;
   // Absorbed-form projections cut from kv_b_proj per layer (fp32 on the CPU, BF16 on CUDA):
   std::vector<Tensor> w_uk_;  // [H, nope, kv_lora]: q_nope -> latent query
   std::vector<Tensor> w_uv_;  // [H, v, kv_lora]: latent output -> per-head value

@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_backend.h"
 
+#include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm_runner.h"
 
@@ -26,6 +27,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<GemmRunner>();
+  allocator_ = std::make_shared<DeviceAllocator>();
 }
 
 CudaBackend::~CudaBackend() {
@@ -36,11 +38,9 @@ CudaBackend::~CudaBackend() {
 Tensor CudaBackend::empty(DType dtype, Shape shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  void* p = nullptr;
-  size_t bytes = size_t(n) * dtype_size(dtype);
-  CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 16));
-  return Tensor::wrap(p, dtype, std::move(shape), std::shared_ptr<void>(p, [](void* q) { cudaFree(q); }),
-                      Device::CUDA);
+  std::shared_ptr<void> block = allocator_->allocate(size_t(n) * dtype_size(dtype));
+  void* p = block.get();
+  return Tensor::wrap(p, dtype, std::move(shape), std::move(block), Device::CUDA);
 }
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }

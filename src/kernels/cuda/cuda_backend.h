@@ -18,6 +18,7 @@ MlaPrefillParams mla_prefill_params(const Tensor& q, const Tensor& kv, const Ten
                                     const AttentionMetadata& md, float scale, Tensor& out);
 
 class GemmRunner;
+class DeviceAllocator;
 class MoeRunner;
 class SamplerState;
 class MlaDecodePlan;
@@ -67,6 +68,7 @@ class CudaBackend final : public Backend {
  private:
   int device_;
   cudaStream_t stream_ = nullptr;
+  std::shared_ptr<DeviceAllocator> allocator_;  // every empty(): freed blocks are reused
   std::unique_ptr<GemmRunner> gemm_;
   std::shared_ptr<MoeRunner> moe_;         // made on first use (cuda_backend_moe.cc)
   std::shared_ptr<SamplerState> sampler_;  // made on first use (cuda_backend_sampling.cc)
