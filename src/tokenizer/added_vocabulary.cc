@@ -11,13 +11,6 @@
 namespace mlaserve {
 namespace {
 
-bool is_white_space(char32_t c) {
-  for (const CodeRange& r : hf_whitespace()) {
-    if (c >= r.first && c <= r.last) return true;
-  }
-  return false;
-}
-
 // Start of the code point that ends at text[end - 1].
 size_t previous_char_start(std::string_view text, size_t end) {
   size_t start = end - 1;
@@ -31,7 +24,7 @@ size_t trailing_space_start(std::string_view text) {
   while (end > 0) {
     const size_t start = previous_char_start(text, end);
     size_t pos = start;
-    if (!is_white_space(utf8::next(text, pos))) break;
+    if (!is_hf_whitespace(utf8::next(text, pos))) break;
     end = start;
   }
   return end;
@@ -41,7 +34,7 @@ size_t leading_space_length(std::string_view text) {
   size_t pos = 0;
   while (pos < text.size()) {
     size_t after = pos;
-    if (!is_white_space(utf8::next(text, after))) break;
+    if (!is_hf_whitespace(utf8::next(text, after))) break;
     pos = after;
   }
   return pos;

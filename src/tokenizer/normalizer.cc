@@ -7,20 +7,13 @@
 namespace mlaserve {
 namespace {
 
-bool is_white_space(char32_t c) {
-  for (const CodeRange& r : hf_whitespace()) {
-    if (c >= r.first && c <= r.last) return true;
-  }
-  return false;
-}
-
 // Rust's str::trim_start / trim_end with char::is_whitespace.
 std::string_view strip(std::string_view text, bool left, bool right) {
   if (left) {
     size_t pos = 0;
     while (pos < text.size()) {
       size_t after = pos;
-      if (!is_white_space(utf8::next(text, after))) break;
+      if (!is_hf_whitespace(utf8::next(text, after))) break;
       pos = after;
     }
     text.remove_prefix(pos);
@@ -30,7 +23,7 @@ std::string_view strip(std::string_view text, bool left, bool right) {
       size_t start = text.size() - 1;
       while (start > 0 && (uint8_t(text[start]) & 0xC0) == 0x80) --start;
       size_t pos = start;
-      if (!is_white_space(utf8::next(text, pos))) break;
+      if (!is_hf_whitespace(utf8::next(text, pos))) break;
       text = text.substr(0, start);
     }
   }

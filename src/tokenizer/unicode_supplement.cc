@@ -414,4 +414,10 @@ std::span<const CodeRange> hf_whitespace() { return {kWhitespace, std::size(kWhi
 
 std::span<const CodeRange> hf_word_chars() { return {kWord, std::size(kWord)}; }
 
+bool is_hf_whitespace(char32_t c) {
+  for (const CodeRange& r : hf_whitespace())
+    if (c >= r.first && c <= r.last) return true;
+  return false;
+}
+
 }  // namespace mlaserve

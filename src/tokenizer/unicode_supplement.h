@@ -18,6 +18,8 @@ std::span<const CodeRange> unicode_category_supplement(std::string_view category
 
 // The whole of HF's \s (Unicode White_Space): PCRE2's \s also matches U+180E, so \s is spelled out.
 std::span<const CodeRange> hf_whitespace();
+// Whether c is whitespace as HF's tokenizers (Rust char::is_whitespace) sees it.
+bool is_hf_whitespace(char32_t c);
 
 // The whole of HF's \w, which matches no combination of PCRE2 classes.
 std::span<const CodeRange> hf_word_chars();

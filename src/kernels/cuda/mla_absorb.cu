@@ -62,29 +62,6 @@ void launch_copy_q_pe(const MlaAbsorbQParams& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-struct MlaAbsorbRunner::Plan {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo;
-};
-
-MlaAbsorbRunner::MlaAbsorbRunner() {
-  CUBLAS_CHECK(cublasLtCreate(&handle_));
-  CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
-}
-
-MlaAbsorbRunner::~MlaAbsorbRunner() {
-  for (auto& [key, p] : plans_) {
-    cublasLtMatrixLayoutDestroy(p->a);
-    cublasLtMatrixLayoutDestroy(p->b);
-    cublasLtMatrixLayoutDestroy(p->c);
-    cublasLtMatmulDescDestroy(p->op);
-    delete p;
-  }
-  cudaFree(workspace_);
-  cublasLtDestroy(handle_);
-}
-
 namespace {
 
 cublasLtMatrixLayout_t batched_layout(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
@@ -108,39 +85,19 @@ void MlaAbsorbRunner::run(const Gemm& g, cudaStream_t stream) {
                             uint64_t(g.stride_c * 2)});
   Key key{g.trans_a, g.m, g.n, g.k, g.batch, g.lda, g.stride_a, g.ldb, g.stride_b, g.ldc, g.stride_c, align};
   auto it = plans_.find(key);
-  Plan* p;
-  if (it != plans_.end()) {
-    p = it->second;
-  } else {
-    p = new Plan;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (it == plans_.end()) {
+    auto p = std::make_unique<CublasLtPlan>();
+    p->describe(g.trans_a, /*trans_b=*/false);
     p->a = g.trans_a ? batched_layout(g.k, g.m, g.lda, g.batch, g.stride_a)
                      : batched_layout(g.m, g.k, g.lda, g.batch, g.stride_a);
     p->b = batched_layout(g.k, g.n, g.ldb, g.batch, g.stride_b);
     p->c = batched_layout(g.m, g.n, g.ldc, g.batch, g.stride_c);
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &workspace_bytes_, sizeof(workspace_bytes_)));
-    uint32_t al = uint32_t(align);
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
-    cublasLtMatmulHeuristicResult_t result;
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p->op, p->a, p->b, p->c, p->c, pref, 1, &result, &found));
-    cublasLtMatmulPreferenceDestroy(pref);
-    MLA_CHECK(found > 0, "cuBLASLt has no batched BF16 algorithm for m={} n={} k={} batch={} (alignment {})", g.m,
-              g.n, g.k, g.batch, align);
-    p->algo = result.algo;
-    plans_[key] = p;
+    MLA_CHECK(lt_.choose_algorithm(*p, uint32_t(align)),
+              "cuBLASLt has no batched BF16 algorithm for m={} n={} k={} batch={} (alignment {})", g.m, g.n, g.k,
+              g.batch, align);
+    it = plans_.emplace(key, std::move(p)).first;
   }
-  float alpha = 1.0f, beta = 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, p->op, &alpha, g.a, p->a, g.b, p->b, &beta, g.c, p->c, g.c, p->c, &p->algo,
-                              workspace_, workspace_bytes_, stream));
+  lt_.matmul(*it->second, g.a, g.b, g.c, stream);
 }
 
 // Row-major q_latent_h[T, L] = q_nope_h[T, nope] · w_uk[h][nope, L] is, column-major,

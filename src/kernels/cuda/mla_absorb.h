@@ -8,7 +8,9 @@
 #include <map>
 #include <tuple>
 
-#include "kernels/cuda/cuda_check.h"
+#include <memory>
+
+#include "kernels/cuda/cublaslt.h"
 
 namespace mlaserve::cuda {
 
@@ -35,8 +37,7 @@ void launch_copy_q_pe(const MlaAbsorbQParams& p, cudaStream_t stream);
 // Owns a cuBLASLt handle, a workspace and the algorithm chosen per shape.
 class MlaAbsorbRunner {
  public:
-  MlaAbsorbRunner();
-  ~MlaAbsorbRunner();
+  MlaAbsorbRunner() = default;
   MlaAbsorbRunner(const MlaAbsorbRunner&) = delete;
   MlaAbsorbRunner& operator=(const MlaAbsorbRunner&) = delete;
 
@@ -60,11 +61,8 @@ class MlaAbsorbRunner {
 
   using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                          int64_t, int>;
-  struct Plan;
-  cublasLtHandle_t handle_ = nullptr;
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 32u << 20;
-  std::map<Key, Plan*> plans_;
+  CublasLt lt_;
+  std::map<Key, std::unique_ptr<CublasLtPlan>> plans_;
 };
 
 }  // namespace mlaserve::cuda
