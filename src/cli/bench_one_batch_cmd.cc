@@ -24,7 +24,7 @@ namespace mlaserve::cli {
 namespace {
 
 struct OneBatchArgs {
-  ModelLoadOptions load{.load_format = "dummy"};
+  ModelLoadOptions load;  // load_format defaults to dummy (set in register_bench_one_batch)
   std::vector<int> batch_sizes{1}, input_lens{256}, output_lens{16};
   std::string device = "cpu";
   int num_layers = 0;  // > 0: cut the model to this many layers (for shapes too big to hold)
@@ -106,6 +106,7 @@ void run(const OneBatchArgs& a) {
 
 void register_bench_one_batch(CLI::App& app) {
   auto a = std::make_shared<OneBatchArgs>();
+  a->load.load_format = "dummy";
   CLI::App* cmd = app.add_subcommand("bench-one-batch", "Time one static batch through the model (no server)");
   cmd->add_option("--model", a->load.model, "Checkpoint folder or preset")->required();
   cmd->add_option("--load-format", a->load.load_format, "dummy | safetensors | auto")->capture_default_str();
