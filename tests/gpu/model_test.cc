@@ -104,9 +104,8 @@ TEST(CudaModel, MatchesTheCpuBackendOnTinyPresets) {
   for (std::string preset : {"deepseek-v3-tiny", "deepseek-v2-lite-tiny"}) {
     cuda::CudaBackend gpu;
     auto cpu = make_cpu_backend();
-    // The weights are pinned (seed 1): random sigmoid group routing makes the error of a whole
-    // random model depend on its seed (1.3-4.9% median over four fresh seeds for V3 tiny); the
-    // prompt is fresh every run, and the kernels are tested on fresh inputs op by op.
+    // The weights are pinned (seed 1): how far BF16 moves a whole random model depends on its
+    // seed; the prompt is fresh every run, and the kernels are tested on fresh inputs op by op.
     ModelLoadOptions o{.model = preset, .load_format = "dummy", .seed = 1};
     uint64_t prompt_seed = fresh_seed();
     LoadedModel a = load_model(o), b = load_model(o);
@@ -121,7 +120,10 @@ TEST(CudaModel, MatchesTheCpuBackendOnTinyPresets) {
     std::printf("[cuda model %s] vs the CPU backend: median row error %.3g, worst row %.3g, all %.3g\n",
                 preset.c_str(), median, rows.back(), rel_l2(got, want));
     // One flipped near-tie expert choice in an early token spreads through attention to later rows.
-    EXPECT_LE(median, 5e-2) << preset;
+    // The CPU reference itself, with every op's output rounded to BF16, moves these logits by a
+    // median of 1.4-9.0% (V3 tiny, sigmoid group routing) and 0.9-1.0% (V2-Lite tiny) over four
+    // prompts: the bounds sit just above what BF16 activations alone do.
+    EXPECT_LE(median, preset == "deepseek-v3-tiny" ? 0.12 : 0.03) << preset;
   }
 }
 
