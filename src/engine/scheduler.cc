@@ -156,10 +156,10 @@ bool Scheduler::step() {
       flush_cv_.notify_all();
     }
   }
+  // Prefill first (new and chunked requests); otherwise one decode step for every running one.
   std::vector<Sequence*> batch = schedule_prefill();
-  bool prefill = !batch.empty();
-  if (!prefill) batch = schedule_decode();
-  if (!batch.empty()) run_batch(batch, prefill);
+  if (batch.empty()) batch = schedule_decode();
+  if (!batch.empty()) run_batch(batch);
   std::erase_if(running_, [](auto& s) { return s->done; });
   publish_stats();
   return !batch.empty();
@@ -334,7 +334,7 @@ bool Scheduler::is_eos(int32_t token) const {
   return std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), token) != config_.eos_token_ids.end();
 }
 
-void Scheduler::run_batch(const std::vector<Sequence*>& batch, bool prefill) {
+void Scheduler::run_batch(const std::vector<Sequence*>& batch) {
   std::vector<SequenceInput> seqs;
   for (Sequence* s : batch) {
     int64_t start = s->kv_len() - s->chunk;
@@ -393,7 +393,6 @@ void Scheduler::run_batch(const std::vector<Sequence*>& batch, bool prefill) {
     }
     s.req->output->push(std::move(out));
   }
-  (void)prefill;
 }
 
 void Scheduler::publish_stats() {

@@ -74,7 +74,7 @@ class Scheduler {
   void retract(Sequence& s);
   void release(Sequence& s);
   void finish(Sequence& s, FinishReason reason, int32_t stop_token = -1);
-  void run_batch(const std::vector<Sequence*>& batch, bool prefill);
+  void run_batch(const std::vector<Sequence*>& batch);
   bool is_eos(int32_t token) const;
   void publish_stats();
 
