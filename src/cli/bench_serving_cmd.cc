@@ -281,9 +281,7 @@ void register_bench_serving(CLI::App& app) {
   cmd->add_option("--api-key", a->api_key);
   cmd->callback([a] { run_bench(*a); });
 #else
-  CLI::App* cmd = app.add_subcommand("bench-serving", "Load-test a server (this build has no HTTP library)");
-  cmd->allow_extras();
-  cmd->callback([] { fail("this mlaserve was built without cpp-httplib: install libcpp-httplib-dev and rebuild"); });
+  register_unavailable(app, "bench-serving", "this mlaserve was built without cpp-httplib: install libcpp-httplib-dev and rebuild");
 #endif
 }
 

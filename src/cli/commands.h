@@ -6,6 +6,9 @@
 
 namespace mlaserve::cli {
 
+// A subcommand this build cannot run (e.g. no HTTP library): it parses anything and fails with `why`.
+void register_unavailable(CLI::App& app, const char* name, const char* why);
+
 void register_generate(CLI::App& app);
 void register_tokenize_commands(CLI::App& app);
 void register_serve(CLI::App& app);

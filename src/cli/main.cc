@@ -4,6 +4,17 @@
 #include "common/error.h"
 #include "common/logging.h"
 
+namespace mlaserve::cli {
+
+void register_unavailable(CLI::App& app, const char* name, const char* why) {
+  CLI::App* cmd = app.add_subcommand(name, std::string("(unavailable in this build) ") + why);
+  cmd->allow_extras();
+  std::string message = why;
+  cmd->callback([message] { fail("{}", message); });
+}
+
+}  // namespace mlaserve::cli
+
 int main(int argc, char** argv) {
   CLI::App app{"mlaserve: DeepSeek (MLA + MoE) inference server"};
   app.require_subcommand(1);

@@ -117,9 +117,7 @@ void register_serve(CLI::App& app) {
   register_server_args(*cmd, *args);
   cmd->callback([args] { run_serve(*args); });
 #else
-  CLI::App* cmd = app.add_subcommand("serve", "Serve the HTTP API (this build has no HTTP library)");
-  cmd->allow_extras();
-  cmd->callback([] { fail("this mlaserve was built without cpp-httplib: install libcpp-httplib-dev and rebuild"); });
+  register_unavailable(app, "serve", "this mlaserve was built without cpp-httplib: install libcpp-httplib-dev and rebuild");
 #endif
 }
 
