@@ -3,6 +3,8 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
+
 #include <thread>
 
 #include "server/api_error.h"
@@ -31,6 +33,11 @@ HttpServer::HttpServer(ServerContext& context) : ctx_(context), server_(std::mak
   server_->set_payload_max_length(size_t(ctx_.args.max_request_bytes));
   server_->set_read_timeout(60, 0);
   server_->set_write_timeout(60, 0);
+  server_->set_socket_options([this](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_socket_ = sock;
+  });
   add_routes();
 }
 
@@ -41,10 +48,14 @@ bool HttpServer::listen() {
   if (ctx_.args.port == 0) {
     bound_port_ = server_->bind_to_any_port(ctx_.args.host);
     if (bound_port_ < 0) return false;
-    return server_->listen_after_bind();
+  } else {
+    if (!server_->bind_to_port(ctx_.args.host, ctx_.args.port)) return false;
+    spdlog::info("serving on http://{}:{}", ctx_.args.host, bound_port_);
   }
-  if (!server_->bind_to_port(ctx_.args.host, ctx_.args.port)) return false;
-  spdlog::info("serving on http://{}:{}", ctx_.args.host, bound_port_);
+  // The packaged cpp-httplib listens with a backlog of 5: a burst of clients connecting at once
+  // overflows it and some see their connection reset. Listening again raises the backlog.
+  if (listen_socket_ >= 0 && ::listen(listen_socket_, SOMAXCONN) != 0)
+    spdlog::warn("could not raise the listen backlog; bursts of new connections may be refused");
   return server_->listen_after_bind();
 }
 

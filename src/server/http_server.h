@@ -67,6 +67,7 @@ class HttpServer {
   ServerContext& ctx_;
   std::unique_ptr<httplib::Server> server_;
   int bound_port_ = 0;
+  int listen_socket_ = -1;
 };
 
 // Route handlers (openai_routes.cc, native_routes.cc). Each throws ApiError for client errors.
