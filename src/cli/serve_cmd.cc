@@ -68,6 +68,7 @@ void run_serve(ServerArgs args) {
   sc.max_prefill_tokens = args.max_prefill_tokens;
   sc.policy = args.schedule_policy == "lpm" ? SchedulePolicy::Lpm : SchedulePolicy::Fcfs;
   sc.radix_cache = !args.disable_radix_cache;
+  sc.overlap_schedule = !args.disable_overlap_schedule;
   sc.page_size = args.page_size;
   sc.context_length = context;
   for (int64_t e : config.eos_token_ids) sc.eos_token_ids.push_back(int32_t(e));
@@ -82,8 +83,9 @@ void run_serve(ServerArgs args) {
   if (auto tpl = tokenizer.config().chat_template()) ctx.chat_template.emplace(*tpl);
   ctx.model_name = args.served_model_name.empty() ? args.model_path : args.served_model_name;
   ctx.context_length = context;
-  spdlog::info("KV pool: {} tokens ({:.1f} MB), context {} tokens, radix cache {}, chunked prefill {}", slots,
-               double(runner.kv_bytes()) / 1e6, context, sc.radix_cache ? "on" : "off", sc.chunked_prefill_size);
+  spdlog::info("KV pool: {} tokens ({:.1f} MB), context {} tokens, radix cache {}, chunked prefill {}, overlap "
+               "schedule {}", slots, double(runner.kv_bytes()) / 1e6, context, sc.radix_cache ? "on" : "off",
+               sc.chunked_prefill_size, sc.overlap_schedule ? "on" : "off");
 
   scheduler.start();
   HttpServer server(ctx);

@@ -23,6 +23,8 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
   cmd.add_option("--max-prefill-tokens", a.max_prefill_tokens)->capture_default_str();
   cmd.add_option("--schedule-policy", a.schedule_policy, "fcfs | lpm (longest prefix match)")->capture_default_str();
   cmd.add_flag("--disable-radix-cache", a.disable_radix_cache);
+  cmd.add_flag("--disable-overlap-schedule", a.disable_overlap_schedule,
+               "Process each batch before launching the next (by default the next launches first)");
   cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto (fp32 on the CPU)")->capture_default_str();
   cmd.add_option("--host", a.host)->capture_default_str();
   cmd.add_option("--port", a.port)->capture_default_str();
@@ -61,7 +63,8 @@ nlohmann::json ServerArgs::to_json() const {
           {"max_total_tokens", max_total_tokens}, {"page_size", page_size},
           {"max_running_requests", max_running_requests}, {"chunked_prefill_size", chunked_prefill_size},
           {"max_prefill_tokens", max_prefill_tokens}, {"schedule_policy", schedule_policy},
-          {"disable_radix_cache", disable_radix_cache}, {"kv_cache_dtype", kv_cache_dtype}, {"host", host},
+          {"disable_radix_cache", disable_radix_cache}, {"disable_overlap_schedule", disable_overlap_schedule},
+          {"kv_cache_dtype", kv_cache_dtype}, {"host", host},
           {"port", port}, {"api_key_set", !api_key.empty()}, {"max_n", max_n}};
 }
 

@@ -30,6 +30,7 @@ struct ServerArgs {
   int64_t max_prefill_tokens = 16384;
   std::string schedule_policy = "fcfs";
   bool disable_radix_cache = false;
+  bool disable_overlap_schedule = false;
   std::string kv_cache_dtype = "auto";
   // Server
   std::string host = "127.0.0.1";

@@ -11,7 +11,9 @@ namespace mlaserve {
 
 // The engine's state of one request. tokens = prompt + output; slots hold the KV of
 // tokens[0, slots.size()); the first prefix_len of them belong to the radix cache (locked).
-struct Scheduler::Sequence {
+// The newest one or two output tokens may be futures of launches not yet processed; every token
+// with KV is always known (a launch's draw is processed before the launch after next).
+struct Scheduler::Sequence : std::enable_shared_from_this<Sequence> {
   std::shared_ptr<Request> req;
   std::vector<int32_t> tokens;
   int64_t prompt_len = 0;
@@ -20,19 +22,31 @@ struct Scheduler::Sequence {
   RadixCache::Node* locked = nullptr;
   int64_t cached_tokens = -1;  // prompt tokens the cache served at first admission
   uint64_t seed = 0;
-  bool prefill_done = false;   // the last pending token's logits were sampled
+  bool prefill_done = false;   // the last pending token ran (or is running) and draws the next
+  int64_t unresolved = 0;      // futures among tokens
   int64_t chunk = 0;           // tokens this step computes
   bool done = false;
 
   int64_t kv_len() const { return int64_t(slots.size()); }
   int64_t pending() const { return int64_t(tokens.size()) - kv_len(); }
   int64_t num_output() const { return int64_t(tokens.size()) - prompt_len; }
+  // Every output token it may have is drawn or in flight.
+  bool drawn_all(int64_t context_length) const {
+    return num_output() >= req->params.max_new_tokens || int64_t(tokens.size()) >= context_length;
+  }
+};
+
+// A launched batch as the scheduler remembers it: where each draw lands.
+struct Scheduler::Launched {
+  std::vector<std::shared_ptr<Sequence>> seqs;
+  std::vector<int64_t> token_index;  // of the future in seqs[i]->tokens
 };
 
 Scheduler::Scheduler(SchedulerConfig config, ModelRunner& runner)
     : config_(std::move(config)),
       runner_(runner),
-      allocator_(runner.num_slots() / config_.page_size * config_.page_size, config_.page_size) {
+      allocator_(runner.num_slots() / config_.page_size * config_.page_size, config_.page_size),
+      worker_(runner, config_.overlap_schedule) {
   if (config_.radix_cache) cache_ = std::make_unique<RadixCache>(config_.page_size);
   MLA_CHECK(config_.context_length > 0, "scheduler: context length must be positive");
   publish_stats();
@@ -78,7 +92,7 @@ void Scheduler::loop() {
   while (true) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      bool idle = incoming_.empty() && waiting_.empty() && running_.empty();
+      bool idle = incoming_.empty() && waiting_.empty() && running_.empty() && launched_.empty();
       if (stop_ && (!drain_ || idle)) break;
     }
     bool worked = false;
@@ -87,14 +101,7 @@ void Scheduler::loop() {
     } catch (const std::exception& e) {
       // A failed forward fails the requests in flight, never the server.
       spdlog::error("scheduler step failed: {}", e.what());
-      for (auto& s : running_) {
-        RequestOutput out;
-        out.finish = FinishReason::Abort;
-        out.error = e.what();
-        s->req->output->push(std::move(out));
-        release(*s);
-      }
-      running_.clear();
+      abandon_launches(e.what());
     }
     if (!worked) {
       std::unique_lock<std::mutex> lock(mu_);
@@ -103,6 +110,13 @@ void Scheduler::loop() {
     }
   }
   // Not draining: whatever is left is aborted.
+  while (!launched_.empty()) {
+    try {
+      process_oldest_launch();
+    } catch (const std::exception& e) {
+      abandon_launches(e.what());
+    }
+  }
   take_new_requests();
   for (auto& s : waiting_) finish(*s, FinishReason::Abort);
   for (auto& s : running_) finish(*s, FinishReason::Abort);
@@ -118,7 +132,7 @@ void Scheduler::take_new_requests() {
     fresh.swap(incoming_);
   }
   for (auto& r : fresh) {
-    auto s = std::make_unique<Sequence>();
+    auto s = std::make_shared<Sequence>();
     s->tokens = r->input_ids;
     s->prompt_len = int64_t(r->input_ids.size());
     s->seed = r->params.seed ? *r->params.seed : std::random_device{}();
@@ -159,10 +173,15 @@ bool Scheduler::step() {
   // Prefill first (new and chunked requests); otherwise one decode step for every running one.
   std::vector<Sequence*> batch = schedule_prefill();
   if (batch.empty()) batch = schedule_decode();
-  if (!batch.empty()) run_batch(batch);
+  bool worked = !batch.empty() || !launched_.empty();
+  if (!batch.empty()) launch(batch);
+  // Overlap: the batch just launched computes while the one before it is processed.
+  size_t keep = !batch.empty() && config_.overlap_schedule ? 1 : 0;
+  while (launched_.size() > keep) process_oldest_launch();
   std::erase_if(running_, [](auto& s) { return s->done; });
+  std::erase_if(waiting_, [](auto& s) { return s->done; });
   publish_stats();
-  return !batch.empty();
+  return worked;
 }
 
 bool Scheduler::grow(Sequence& s, int64_t n) {
@@ -220,7 +239,7 @@ std::vector<Scheduler::Sequence*> Scheduler::schedule_prefill() {
   std::vector<Sequence*> batch;
   // Requests in the middle of a chunked prefill continue first.
   for (auto& s : running_) {
-    if (s->prefill_done || budget <= 0) continue;
+    if (s->prefill_done || s->done || budget <= 0) continue;
     int64_t n = std::min(s->pending(), budget);
     if (!grow(*s, n)) break;
     s->chunk = n;
@@ -236,12 +255,13 @@ std::vector<Scheduler::Sequence*> Scheduler::schedule_prefill() {
       order.push_back({cache_->match_prefix(std::span<const int32_t>(t).first(t.size() - 1)).length, i});
     }
     std::stable_sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    std::deque<std::unique_ptr<Sequence>> sorted;
+    std::deque<std::shared_ptr<Sequence>> sorted;
     for (auto& [len, i] : order) sorted.push_back(std::move(waiting_[i]));
     waiting_.swap(sorted);
   }
   while (!waiting_.empty() && budget > 0 && int64_t(running_.size()) < config_.max_running_requests) {
     Sequence& s = *waiting_.front();
+    if (s.unresolved > 0) break;  // retracted with a draw in flight: it is processed this step
     if (!admit(s, budget, batch.empty())) break;
     budget -= s.chunk;
     batch.push_back(&s);
@@ -254,7 +274,7 @@ std::vector<Scheduler::Sequence*> Scheduler::schedule_prefill() {
 std::vector<Scheduler::Sequence*> Scheduler::schedule_decode() {
   std::vector<Sequence*> batch;
   for (auto& s : running_)
-    if (s->prefill_done && !s->done) batch.push_back(s.get());
+    if (s->prefill_done && !s->done && !s->drawn_all(config_.context_length)) batch.push_back(s.get());
   // Out of KV: retract the latest arrivals (their progress kept) until the rest fit.
   auto pages_needed = [&] {
     int64_t n = 0;
@@ -295,21 +315,22 @@ void Scheduler::retract(Sequence& s) {
   counters_.requests_retracted++;
 }
 
-void Scheduler::release(Sequence& s) {
+void Scheduler::release(Sequence& s, bool keep_in_cache) {
   auto free_range = [&](int64_t begin, int64_t end) {
     if (end > begin) allocator_.free(std::span<const int32_t>(s.slots).subspan(size_t(begin), size_t(end - begin)));
   };
-  if (cache_ && s.kv_len() > 0) {
+  int64_t kv = s.kv_len(), owned_by_cache_to = s.prefix_len;
+  if (cache_ && keep_in_cache && kv > 0) {
     // The computed prefix goes into the cache (it owns [cached, aligned)); duplicates and the
-    // partial last page go back to the allocator.
-    int64_t kv = s.kv_len();
-    int64_t cached = cache_->insert(std::span<const int32_t>(s.tokens).first(size_t(kv)), s.slots);
-    int64_t aligned = kv / config_.page_size * config_.page_size;
+    // partial last page go back to the allocator. Only known tokens can be matched later.
+    auto known_end = std::find_if(s.tokens.begin(), s.tokens.begin() + kv, is_future_token);
+    int64_t known = known_end - s.tokens.begin();
+    int64_t cached = cache_->insert(std::span<const int32_t>(s.tokens).first(size_t(known)),
+                                    std::span<const int32_t>(s.slots).first(size_t(known)));
     free_range(s.prefix_len, cached);
-    free_range(aligned, kv);
-  } else {
-    free_range(s.prefix_len, s.kv_len());
+    owned_by_cache_to = std::max(known / config_.page_size * config_.page_size, s.prefix_len);
   }
+  free_range(owned_by_cache_to, kv);
   if (cache_ && s.locked) cache_->unlock(s.locked);
   s.slots.clear();
   s.prefix_len = 0;
@@ -334,65 +355,101 @@ bool Scheduler::is_eos(int32_t token) const {
   return std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), token) != config_.eos_token_ids.end();
 }
 
-void Scheduler::run_batch(const std::vector<Sequence*>& batch) {
-  std::vector<SequenceInput> seqs;
+void Scheduler::launch(const std::vector<Sequence*>& batch) {
+  StepLaunch step;
+  Launched launched;
   for (Sequence* s : batch) {
     int64_t start = s->kv_len() - s->chunk;
-    seqs.push_back({{s->tokens.begin() + start, s->tokens.begin() + start + s->chunk}, s->slots, false});
+    step.seqs.push_back({{s->tokens.begin() + start, s->tokens.begin() + start + s->chunk}, s->slots, false});
+    if (s->pending() > 0) continue;  // a prefill chunk with more to come: nothing to draw yet
+    // Its last pending token runs: it draws the next one, known to later launches as a future.
+    const GenerationParams& p = s->req->params;
+    bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+    step.samples.push_back({int64_t(step.seqs.size() - 1), next_future_, &p,
+                            penalties ? s->tokens : std::vector<int32_t>{}, s->prompt_len, s->seed,
+                            uint64_t(s->num_output())});
+    s->tokens.push_back(future_token(next_future_));
+    next_future_ = (next_future_ + 1) % (int64_t(1) << 30);
+    s->unresolved++;
+    s->prefill_done = true;
+    launched.seqs.push_back(s->shared_from_this());
+    launched.token_index.push_back(int64_t(s->tokens.size()) - 1);
   }
-  Tensor logits = runner_.forward(seqs);
+  worker_.launch(std::move(step));
+  launched_.push_back(std::move(launched));
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.forward_steps++;
+}
+
+void Scheduler::process_oldest_launch() {
+  Launched launched = std::move(launched_.front());
+  launched_.pop_front();
+  std::vector<SampleOutput> drawn = worker_.collect();
+  for (size_t i = 0; i < drawn.size(); ++i) {
+    Sequence& s = *launched.seqs[i];
+    s.tokens[size_t(launched.token_index[i])] = drawn[i].token;
+    s.unresolved--;
+    // Finished or aborted while this launch was in flight: the draw is not part of its output.
+    if (!s.done) emit(s, launched.token_index[i], drawn[i]);
+  }
+}
+
+// Streams output token tokens[index] and finishes the request when it ends it.
+void Scheduler::emit(Sequence& s, int64_t index, const SampleOutput& drawn) {
+  const GenerationParams& p = s.req->params;
+  int32_t token = drawn.token;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    counters_.forward_steps++;
+    counters_.generation_tokens++;
   }
-  // Sample for the sequences whose last pending token ran (partial prefill chunks continue).
-  std::vector<Sequence*> ready;
-  std::vector<int64_t> rows;
-  for (size_t i = 0; i < batch.size(); ++i)
-    if (batch[i]->pending() == 0) {
-      ready.push_back(batch[i]);
-      rows.push_back(int64_t(i));
-    }
-  if (ready.empty()) return;
-  int64_t V = logits.size(1);
-  Tensor picked = Tensor::empty(DType::F32, {int64_t(ready.size()), V});
-  std::vector<SampleInput> inputs;
-  for (size_t i = 0; i < ready.size(); ++i) {
-    std::copy_n(logits.data<float>() + rows[i] * logits.stride(0), V, picked.data<float>() + int64_t(i) * V);
-    Sequence* s = ready[i];
-    inputs.push_back({&s->req->params, &s->tokens, s->prompt_len, s->seed, uint64_t(s->num_output())});
+  RequestOutput out;
+  out.tokens = {token};
+  if (p.logprobs >= 0) out.logprobs = {drawn.logprob};
+  out.prompt_tokens = s.prompt_len;
+  out.cached_tokens = std::max<int64_t>(s.cached_tokens, 0);
+  bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+  FinishReason reason = FinishReason::None;
+  if (stop_id || (!p.ignore_eos && is_eos(token))) reason = FinishReason::Stop;
+  else if (index + 1 - s.prompt_len >= p.max_new_tokens || index + 1 >= config_.context_length)
+    reason = FinishReason::Length;
+  if (reason != FinishReason::None) {
+    release(s);
+    s.done = true;
+    out.finish = reason;
+    out.matched_stop_token = reason == FinishReason::Stop ? token : -1;
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.requests_finished++;
   }
-  std::vector<SampleOutput> sampled = sampler_.sample(picked, inputs);
-  for (size_t i = 0; i < ready.size(); ++i) {
-    Sequence& s = *ready[i];
-    const GenerationParams& p = s.req->params;
-    int32_t token = sampled[i].token;
-    s.tokens.push_back(token);
-    s.prefill_done = true;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      counters_.generation_tokens++;
+  s.req->output->push(std::move(out));
+}
+
+// After a failed launch: collects what is left and fails every request whose state depends on it
+// (all running ones, and waiting ones with a draw in flight), never the server.
+void Scheduler::abandon_launches(const std::string& error) {
+  while (!launched_.empty()) {
+    launched_.pop_front();
+    try {
+      worker_.collect();
+    } catch (const std::exception&) {
     }
+  }
+  auto fail = [&](Sequence& s) {
+    if (s.done) return;
     RequestOutput out;
-    out.tokens = {token};
-    if (p.logprobs >= 0) out.logprobs = {sampled[i].logprob};
-    out.prompt_tokens = s.prompt_len;
-    out.cached_tokens = std::max<int64_t>(s.cached_tokens, 0);
-    bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
-    FinishReason reason = FinishReason::None;
-    if (stop_id || (!p.ignore_eos && is_eos(token))) reason = FinishReason::Stop;
-    else if (s.num_output() >= p.max_new_tokens || int64_t(s.tokens.size()) >= config_.context_length)
-      reason = FinishReason::Length;
-    if (reason != FinishReason::None) {
-      release(s);
-      s.done = true;
-      out.finish = reason;
-      out.matched_stop_token = reason == FinishReason::Stop ? token : -1;
-      std::lock_guard<std::mutex> lock(mu_);
-      counters_.requests_finished++;
-    }
+    out.finish = FinishReason::Abort;
+    out.error = error;
     s.req->output->push(std::move(out));
-  }
+    release(s, /*keep_in_cache=*/false);  // its KV may be half written
+    s.done = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.requests_aborted++;
+  };
+  for (auto& s : running_) fail(*s);
+  for (auto& s : waiting_)
+    if (s->unresolved > 0) fail(*s);
+  running_.clear();
+  std::erase_if(waiting_, [](auto& s) { return s->done; });
+  publish_stats();
 }
 
 void Scheduler::publish_stats() {

@@ -1,7 +1,9 @@
 // Scheduler: one thread that owns every request's engine state, the KV slot allocator and the
 // radix cache. Each step it picks a batch (prefill chunks of waiting requests, or one decode token
-// for every running request), runs it through the ModelRunner, samples, and streams tokens to each
-// request's OutputChannel. It knows nothing of kernels or of HTTP.
+// for every running request), launches it on the ForwardWorker (forward + sampling), and streams
+// the drawn tokens to each request's OutputChannel. With the overlap schedule a step launches batch
+// i before it processes the draws of batch i-1: batch i takes those draws as token futures, and a
+// request that finished in batch i-1 wastes one draw in batch i. It knows nothing of kernels or HTTP.
 #pragma once
 
 #include <atomic>
@@ -14,6 +16,7 @@
 
 #include "cache/radix_cache.h"
 #include "cache/token_slot_allocator.h"
+#include "engine/forward_worker.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -32,6 +35,7 @@ struct SchedulerConfig {
   int64_t context_length = 0;               // prompt + output limit
   std::vector<int32_t> eos_token_ids;
   int64_t decode_reserve_tokens = 16;       // KV kept free per running request when admitting
+  bool overlap_schedule = true;             // launch batch i+1 before processing batch i
 };
 
 // A consistent snapshot for /metrics and /get_server_info.
@@ -67,14 +71,18 @@ class Scheduler {
   void loop();
   void take_new_requests();
   void drop_cancelled();
+  struct Launched;
   std::vector<Sequence*> schedule_prefill();
   std::vector<Sequence*> schedule_decode();
   bool admit(Sequence& s, int64_t token_budget, bool first_in_batch);
   bool grow(Sequence& s, int64_t n);
   void retract(Sequence& s);
-  void release(Sequence& s);
+  void release(Sequence& s, bool keep_in_cache = true);
   void finish(Sequence& s, FinishReason reason, int32_t stop_token = -1);
-  void run_batch(const std::vector<Sequence*>& batch);
+  void launch(const std::vector<Sequence*>& batch);
+  void process_oldest_launch();
+  void emit(Sequence& s, int64_t index, const SampleOutput& drawn);
+  void abandon_launches(const std::string& error);
   bool is_eos(int32_t token) const;
   void publish_stats();
 
@@ -84,8 +92,12 @@ class Scheduler {
   TokenSlotAllocator allocator_;
   std::unique_ptr<RadixCache> cache_;
 
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;  // admitted: prefilling (chunks left) or decoding
+  // Shared with the launches still in flight that hold them.
+  std::deque<std::shared_ptr<Sequence>> waiting_;
+  std::vector<std::shared_ptr<Sequence>> running_;  // admitted: prefilling (chunks left) or decoding
+  ForwardWorker worker_;
+  std::deque<Launched> launched_;  // oldest first; at most two with the overlap schedule
+  int64_t next_future_ = 0;
 
   mutable std::mutex mu_;  // guards incoming_, flush_requested_, stats_, stopping flags
   std::condition_variable cv_;

@@ -1,5 +1,6 @@
 // The scheduler on the CPU backend with a fixture model: greedy outputs do not depend on radix
-// cache, chunking, paging, batch composition or retraction; KV is returned; aborts free it.
+// cache, chunking, paging, batch composition, retraction or the overlap schedule; KV is returned;
+// aborts free it.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -15,6 +16,7 @@ struct RunResult {
   std::map<uint64_t, std::vector<int32_t>> outputs;
   std::map<uint64_t, FinishReason> finish;
   std::map<uint64_t, int64_t> cached;
+  std::map<uint64_t, std::vector<float>> logprobs;
   EngineStats stats;
 };
 
@@ -27,7 +29,7 @@ std::vector<int32_t> prompt_of(int i, int len) {
 class SchedulerTest : public ::testing::Test {
  protected:
   RunResult run(SchedulerConfig cfg, int64_t slots, const std::vector<std::vector<int32_t>>& prompts, int max_new,
-          int cancel_after = -1, uint64_t cancel_id = 0) {
+          int cancel_after = -1, uint64_t cancel_id = 0, const GenerationParams* params = nullptr) {
     LoadedModel m = load_model({.model = testing::model_fixture("v3_noaux_tc")});
     cfg.context_length = 8192;
     ModelRunner runner(make_cpu_backend(), m.config, std::move(m.weights), slots, DType::F32);
@@ -37,7 +39,8 @@ class SchedulerTest : public ::testing::Test {
       auto r = std::make_shared<Request>();
       r->id = i;
       r->input_ids = prompts[i];
-      r->params.temperature = 0;
+      if (params) r->params = *params;
+      else r->params.temperature = 0;
       r->params.max_new_tokens = max_new;
       r->params.ignore_eos = true;
       reqs.push_back(r);
@@ -51,6 +54,7 @@ class SchedulerTest : public ::testing::Test {
         while (auto o = r->output->pop(std::chrono::milliseconds(0))) {
           auto& v = out.outputs[r->id];
           v.insert(v.end(), o->tokens.begin(), o->tokens.end());
+          for (auto& lp : o->logprobs) out.logprobs[r->id].push_back(lp.logprob);
           out.cached[r->id] = o->cached_tokens;
           if (o->finish != FinishReason::None) {
             out.finish[r->id] = o->finish;
@@ -91,17 +95,22 @@ TEST_F(SchedulerTest, GreedyOutputsDoNotDependOnCacheChunkingPagingOrBatching) {
     SchedulerConfig cfg;
     cfg.radix_cache = false;
     cfg.chunked_prefill_size = -1;
+    cfg.overlap_schedule = false;
     alone[i] = run(cfg, 512, {prompts[i]}, 10).outputs[0];
   }
   struct Variant {
     bool radix;
     int64_t chunk, page, max_running;
     SchedulePolicy policy;
+    bool overlap;
   };
-  for (Variant v : {Variant{true, 8192, 1, 256, SchedulePolicy::Fcfs}, Variant{false, 8192, 1, 256, SchedulePolicy::Fcfs},
-                    Variant{true, 7, 1, 256, SchedulePolicy::Lpm}, Variant{true, 16, 4, 3, SchedulePolicy::Fcfs},
-                    Variant{false, -1, 4, 2, SchedulePolicy::Lpm}}) {
+  for (Variant v : {Variant{true, 8192, 1, 256, SchedulePolicy::Fcfs, true},
+                    Variant{true, 8192, 1, 256, SchedulePolicy::Fcfs, false},
+                    Variant{false, 8192, 1, 256, SchedulePolicy::Fcfs, true},
+                    Variant{true, 7, 1, 256, SchedulePolicy::Lpm, true}, Variant{true, 16, 4, 3, SchedulePolicy::Fcfs, true},
+                    Variant{true, 16, 4, 3, SchedulePolicy::Fcfs, false}, Variant{false, -1, 4, 2, SchedulePolicy::Lpm, true}}) {
     SchedulerConfig cfg;
+    cfg.overlap_schedule = v.overlap;
     cfg.radix_cache = v.radix;
     cfg.chunked_prefill_size = v.chunk;
     cfg.page_size = v.page;
@@ -110,7 +119,7 @@ TEST_F(SchedulerTest, GreedyOutputsDoNotDependOnCacheChunkingPagingOrBatching) {
     RunResult r = run(cfg, 1024, prompts, 10);
     for (size_t i = 0; i < prompts.size(); ++i) {
       EXPECT_EQ(r.outputs[i], alone[i]) << "request " << i << " radix " << v.radix << " chunk " << v.chunk << " page "
-                                        << v.page;
+                                        << v.page << " overlap " << v.overlap;
       EXPECT_EQ(r.finish[i], FinishReason::Length);
     }
   }
@@ -135,13 +144,41 @@ TEST_F(SchedulerTest, ASmallPoolRetractsAndStillCompletesEveryRequestCorrectly) 
     cfg.radix_cache = false;
     alone[i] = run(cfg, 512, {prompts[i]}, 30).outputs[0];
   }
-  for (bool radix : {false, true}) {
+  for (auto [radix, overlap] : {std::pair{false, true}, std::pair{true, true}, std::pair{true, false}}) {
     SchedulerConfig cfg;
     cfg.radix_cache = radix;
+    cfg.overlap_schedule = overlap;
     cfg.decode_reserve_tokens = 1;  // admit greedily so that decode runs out of KV
     RunResult r = run(cfg, 160, prompts, 30);  // 8 x ~55 tokens do not fit in 160 slots
     EXPECT_GT(r.stats.requests_retracted, 0);
-    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(r.outputs[i], alone[i]) << "request " << i;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(r.outputs[i], alone[i]) << "request " << i << " radix " << radix << " overlap " << overlap;
+  }
+}
+
+TEST_F(SchedulerTest, OverlapScheduleDrawsTheSameSeededSamplesWithPenaltiesAndLogprobs) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 5; ++i) prompts.push_back(prompt_of(i + 20, 6 + 5 * i));
+  GenerationParams p;
+  p.temperature = 0.9f;
+  p.top_k = 50;
+  p.top_p = 0.95f;
+  p.seed = 1234;
+  p.repetition_penalty = 1.3f;
+  p.frequency_penalty = 0.4f;
+  p.presence_penalty = 0.2f;
+  p.logprobs = 2;
+  RunResult want, got;
+  for (bool overlap : {false, true}) {
+    SchedulerConfig cfg;
+    cfg.overlap_schedule = overlap;
+    cfg.chunked_prefill_size = 9;
+    (overlap ? got : want) = run(cfg, 1024, prompts, 12, -1, 0, &p);
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(got.outputs[i], want.outputs[i]) << i;
+    EXPECT_EQ(got.logprobs[i], want.logprobs[i]) << i;
+    EXPECT_EQ(got.outputs[i].size(), 12u);
   }
 }
 
@@ -179,6 +216,13 @@ TEST_F(SchedulerTest, StopTokenIdsAndMaxTokensFinishRequests) {
   EXPECT_EQ(got, std::vector<int32_t>(plain.outputs[0].begin(), plain.outputs[0].begin() + int64_t(first) + 1));
   EXPECT_EQ(finish, FinishReason::Stop);
   EXPECT_EQ(matched, third);
+  // The draw the overlap schedule launched past the stop is dropped, and its KV returned.
+  for (int i = 0; i < 10 && sched.step(); ++i) {
+  }
+  EXPECT_FALSE(r->output->pop(std::chrono::milliseconds(0)));
+  EngineStats st = sched.stats();
+  EXPECT_EQ(st.kv_slots_used, st.kv_slots_cached);
+  EXPECT_EQ(st.generation_tokens, int64_t(got.size()));
 }
 
 TEST_F(SchedulerTest, CancelledRequestsAreAbortedAndTheirKvFreed) {
