@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/tokenizer_location.h"
 #include "common/error.h"
+#include "config/quantization_flags.h"
 #include "engine/forward_batch.h"
 #include "model/deepseek_model.h"
 #include "model/load_model.h"
@@ -36,6 +37,7 @@ struct GenerateArgs {
   std::string dump_logits;
   std::string attention_form = "auto";
   std::string device = "cpu";
+  std::string kv_cache_dtype = "auto";
 };
 
 std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
@@ -60,6 +62,8 @@ std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
 
 void run_generate(const GenerateArgs& a) {
   MLA_CHECK(a.max_new_tokens >= 0, "--max-new-tokens must not be negative");
+  check_kv_cache_dtype_flag(a.kv_cache_dtype, a.device);
+  check_quantization_flag(a.load.quantization);
   AttentionForm form = a.attention_form == "mha"        ? AttentionForm::Mha
                        : a.attention_form == "absorbed" ? AttentionForm::Absorbed
                                                         : AttentionForm::Auto;
@@ -81,7 +85,8 @@ void run_generate(const GenerateArgs& a) {
   int64_t total = int64_t(prompt.size()) + a.max_new_tokens;
   MLA_CHECK(total <= c.max_position_embeddings, "prompt + new tokens ({}) exceed max_position_embeddings ({})", total,
             c.max_position_embeddings);
-  KvPool kv(*backend, c.num_hidden_layers, std::max<int64_t>(total, 1), c.kv_cache_dim(), backend->activation_dtype());
+  KvPool kv(*backend, c.num_hidden_layers, std::max<int64_t>(total, 1), c.kv_cache_dim(),
+            kv_cache_dtype_for(a.kv_cache_dtype, backend->activation_dtype()));
 
   std::vector<int32_t> slots(static_cast<size_t>(total));
   std::iota(slots.begin(), slots.end(), 0);
@@ -134,6 +139,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--dtype", args->load.dtype, "Dummy weight dtype: auto | bfloat16 | float16 | float32")
       ->capture_default_str();
   cmd->add_option("--random-seed", args->load.seed, "Seed of dummy weights")->capture_default_str();
+  cmd->add_option("--quantization", args->load.quantization, "fp8: linear weights to e4m3 in 128x128 blocks at load");
+  cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype, "auto | fp8_e4m3 (CPU)")->capture_default_str();
   cmd->add_option("--input-ids", args->input_ids, "Prompt token ids, comma separated");
   cmd->add_option("--prompt", args->prompt, "Prompt text (encoded with BOS by the model's tokenizer)");
   cmd->add_option("--tokenizer-path", args->tokenizer_path, "Folder with tokenizer.json (for --prompt)");

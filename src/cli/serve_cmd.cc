@@ -10,6 +10,8 @@
 #include "cli/commands.h"
 #include "cli/tokenizer_location.h"
 #include "common/error.h"
+#include "config/quantization_flags.h"
+#include "engine/memory_plan.h"
 #include "model/load_model.h"
 
 #ifdef MLASERVE_WITH_SERVER
@@ -20,19 +22,6 @@ namespace mlaserve::cli {
 
 #ifdef MLASERVE_WITH_SERVER
 namespace {
-
-// KV pool tokens: --max-total-tokens, else a fraction of host memory after the weights.
-int64_t kv_pool_tokens(const ServerArgs& a, const ModelConfig& c, uint64_t weight_bytes) {
-  uint64_t per_token = uint64_t(c.num_hidden_layers * c.kv_cache_dim()) * 4;
-  if (a.max_total_tokens > 0) return a.max_total_tokens;
-  if (a.device == "cuda") return 65536;
-  uint64_t host = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
-  double fraction = a.mem_fraction_static > 0 ? a.mem_fraction_static : 0.3;
-  double budget = double(host) * fraction - double(weight_bytes);
-  MLA_CHECK(budget > double(per_token) * 1024, "--mem-fraction-static {} leaves no room for the KV pool after {:.2f} GB "
-            "of weights", fraction, double(weight_bytes) / 1e9);
-  return std::min<int64_t>(int64_t(budget / double(per_token)), 1 << 20);
-}
 
 void run_serve(ServerArgs args) {
   // Signals go to one waiting thread: block them before any thread (OpenMP's too) exists, so
@@ -51,16 +40,25 @@ void run_serve(ServerArgs args) {
             "the tokenizer in {} has {} ids but the model's vocabulary has {}: they do not belong together",
             tokenizer_dir, tokenizer.vocab_size(), config.vocab_size);
 
-  LoadedModel loaded = load_model({args.model_path, args.load_format, args.dtype, args.random_seed});
-  int64_t slots = kv_pool_tokens(args, config, loaded.weights.total_bytes);
-  slots = std::max<int64_t>(slots / args.page_size * args.page_size, args.page_size);
+  LoadedModel loaded = load_model({args.model_path, args.load_format, args.dtype, args.random_seed, args.quantization});
   int64_t context = args.context_length > 0 ? args.context_length : config.max_position_embeddings;
   MLA_CHECK(context <= config.max_position_embeddings, "--context-length {} exceeds the model's {}", context,
             config.max_position_embeddings);
-  context = std::min(context, slots);  // a request longer than the pool could never run
   auto backend = make_backend(args.device);
-  DType kv_dtype = backend->activation_dtype();
-  ModelRunner runner(std::move(backend), loaded.config, std::move(loaded.weights), slots, kv_dtype);
+  DType kv_dtype = kv_cache_dtype_for(args.kv_cache_dtype, backend->activation_dtype());
+  KvPoolRequest pool;
+  pool.max_total_tokens = args.max_total_tokens;
+  pool.mem_fraction_static = args.mem_fraction_static;
+  pool.page_size = args.page_size;
+  pool.max_batch_tokens = args.chunked_prefill_size > 0 ? args.chunked_prefill_size : args.max_prefill_tokens;
+  pool.max_running_requests = args.max_running_requests;
+  pool.context_length = context;
+  pool.host_weight_bytes = loaded.weights.total_bytes;
+  ModelRunner runner(
+      std::move(backend), loaded.config, std::move(loaded.weights),
+      [&](Backend& b) { return kv_pool_tokens(b, loaded.config, kv_dtype, pool); }, kv_dtype);
+  int64_t slots = runner.num_slots();
+  context = std::min(context, slots);  // a request longer than the pool could never run
 
   SchedulerConfig sc;
   sc.max_running_requests = args.max_running_requests;

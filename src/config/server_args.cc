@@ -1,6 +1,7 @@
 #include "config/server_args.h"
 
 #include "common/error.h"
+#include "config/quantization_flags.h"
 
 namespace mlaserve {
 
@@ -14,7 +15,8 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
   cmd.add_option("--context-length", a.context_length, "Prompt + output limit (0: the model's)")->capture_default_str();
   cmd.add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   cmd.add_option("--mem-fraction-static", a.mem_fraction_static,
-                 "Fraction of memory for weights + KV pool (0: auto)")->capture_default_str();
+                 "Fraction of device memory for weights + KV pool; the rest is kept for activations, "
+                 "workspaces and CUDA graphs (0: 0.85 on CUDA; 0.3 of host memory on the CPU)")->capture_default_str();
   cmd.add_option("--max-total-tokens", a.max_total_tokens, "KV pool size in tokens (0: auto)")->capture_default_str();
   cmd.add_option("--page-size", a.page_size, "Tokens per KV page")->capture_default_str();
   cmd.add_option("--max-running-requests", a.max_running_requests)->capture_default_str();
@@ -25,7 +27,9 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
   cmd.add_flag("--disable-radix-cache", a.disable_radix_cache);
   cmd.add_flag("--disable-overlap-schedule", a.disable_overlap_schedule,
                "Process each batch before launching the next (by default the next launches first)");
-  cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto (fp32 on the CPU)")->capture_default_str();
+  cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto (fp32 on the CPU, bf16 on CUDA) | fp8_e4m3 (CPU)")
+      ->capture_default_str();
+  cmd.add_option("--quantization", a.quantization, "fp8: linear weights to e4m3 in 128x128 blocks at load");
   cmd.add_option("--host", a.host)->capture_default_str();
   cmd.add_option("--port", a.port)->capture_default_str();
   cmd.add_option("--api-key", a.api_key, "Require 'Authorization: Bearer KEY'");
@@ -34,11 +38,8 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
 
 void ServerArgs::validate() const {
   MLA_CHECK(device == "cpu" || device == "cuda", "--device '{}': expected cpu or cuda", device);
-  MLA_CHECK(kv_cache_dtype == "auto",
-            "--kv-cache-dtype {}: only auto (the activation dtype: fp32 on the CPU, bf16 on CUDA) so far",
-            kv_cache_dtype);
-  MLA_CHECK(device == "cpu" || mem_fraction_static == 0 || max_total_tokens > 0,
-            "--device cuda sizes its KV pool from --max-total-tokens for now");
+  check_kv_cache_dtype_flag(kv_cache_dtype, device);
+  check_quantization_flag(quantization);
   MLA_CHECK(schedule_policy == "fcfs" || schedule_policy == "lpm", "--schedule-policy '{}': expected fcfs or lpm",
             schedule_policy);
   MLA_CHECK(!(schedule_policy == "lpm" && disable_radix_cache),
@@ -58,7 +59,7 @@ void ServerArgs::validate() const {
 
 nlohmann::json ServerArgs::to_json() const {
   return {{"model_path", model_path}, {"tokenizer_path", tokenizer_path}, {"served_model_name", served_model_name},
-          {"load_format", load_format}, {"dtype", dtype}, {"random_seed", random_seed},
+          {"load_format", load_format}, {"dtype", dtype}, {"quantization", quantization}, {"random_seed", random_seed},
           {"context_length", context_length}, {"device", device}, {"mem_fraction_static", mem_fraction_static},
           {"max_total_tokens", max_total_tokens}, {"page_size", page_size},
           {"max_running_requests", max_running_requests}, {"chunked_prefill_size", chunked_prefill_size},

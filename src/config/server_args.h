@@ -18,12 +18,13 @@ struct ServerArgs {
   std::string served_model_name;
   std::string load_format = "auto";
   std::string dtype = "auto";
+  std::string quantization;  // "" (as stored) | fp8 (config/quantization_flags.h)
   uint64_t random_seed = 0;
   int64_t context_length = 0;  // 0: the model's max_position_embeddings
   std::string device = "cpu";
   // Memory and batching
-  double mem_fraction_static = 0.0;  // of the device memory, for weights + KV (GPU); 0: auto
-  int64_t max_total_tokens = 0;      // KV pool size in tokens; 0: from mem_fraction_static
+  double mem_fraction_static = 0.0;  // of the device memory, for weights + KV (engine/memory_plan.h); 0: auto
+  int64_t max_total_tokens = 0;      // KV pool size in tokens (a cap on the plan); 0: from mem_fraction_static
   int64_t page_size = 1;
   int64_t max_running_requests = 256;
   int64_t chunked_prefill_size = 8192;

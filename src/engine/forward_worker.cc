@@ -47,6 +47,12 @@ std::vector<SampleOutput> ForwardWorker::collect() {
 }
 
 void ForwardWorker::loop() {
+  std::exception_ptr unbound;
+  try {
+    runner_.backend().bind_thread();
+  } catch (...) {
+    unbound = std::current_exception();  // every batch fails with it, the server stays up
+  }
   while (true) {
     StepLaunch step;
     {
@@ -56,7 +62,9 @@ void ForwardWorker::loop() {
       step = std::move(queue_.front());
       queue_.pop_front();
     }
-    Done d = run(step);
+    Done d;
+    if (unbound) d.error = unbound;
+    else d = run(step);
     {
       std::lock_guard<std::mutex> lock(mu_);
       done_.push_back(std::move(d));
@@ -80,16 +88,25 @@ ForwardWorker::Done ForwardWorker::run(StepLaunch& step) {
   try {
     for (SequenceInput& s : step.seqs) resolve(s.new_tokens);
     Tensor logits = runner_.forward(step.seqs);
-    int64_t V = logits.size(1);
-    Tensor rows = Tensor::empty(DType::F32, {int64_t(step.samples.size()), V});
     std::vector<SampleInput> inputs;
+    bool every_row = step.samples.size() == step.seqs.size();  // decode, or whole prompts
     for (size_t i = 0; i < step.samples.size(); ++i) {
       StepSample& s = step.samples[i];
       resolve(s.history);
-      std::copy_n(logits.data<float>() + s.seq * logits.stride(0), V, rows.data<float>() + int64_t(i) * V);
       inputs.push_back({s.params, &s.history, s.prompt_len, s.seed, s.step});
+      every_row = every_row && s.seq == int64_t(i);
     }
-    if (!inputs.empty()) d.sampled = sampler_.sample(rows, inputs);
+    if (every_row) {
+      d.sampled = sampler_.sample(runner_.backend(), logits, inputs);
+    } else if (!inputs.empty()) {
+      // Some sequences are mid-prefill: draw from the host copies of the rows that sample.
+      Tensor host = runner_.backend().to_host(logits);
+      int64_t V = host.size(1);
+      Tensor rows = Tensor::empty(DType::F32, {int64_t(inputs.size()), V});
+      for (size_t i = 0; i < step.samples.size(); ++i)
+        std::copy_n(host.data<float>() + step.samples[i].seq * host.stride(0), V, rows.data<float>() + int64_t(i) * V);
+      d.sampled = sampler_.sample(rows, inputs);
+    }
     for (size_t i = 0; i < d.sampled.size(); ++i) drawn[step.samples[i].future] = d.sampled[i].token;
   } catch (...) {
     d.error = std::current_exception();

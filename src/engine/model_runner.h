@@ -2,6 +2,7 @@
 // scheduled batch to logits. The scheduler hands it sequences; it knows nothing of requests.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "cache/kv_pool.h"
@@ -14,8 +15,11 @@ class ModelRunner {
  public:
   ModelRunner(std::unique_ptr<Backend> backend, ModelConfig config, ModelWeights weights, int64_t num_slots,
               DType kv_dtype);
+  // The pool sized once the weights are on the backend (the memory plan needs what is left).
+  ModelRunner(std::unique_ptr<Backend> backend, ModelConfig config, ModelWeights weights,
+              const std::function<int64_t(Backend&)>& kv_slots, DType kv_dtype);
 
-  // Logits [num_seqs, vocab] (host F32) of each sequence's last new token.
+  // Logits [num_seqs, vocab] (F32, on the backend) of each sequence's last new token.
   Tensor forward(const std::vector<SequenceInput>& seqs);
 
   Backend& backend() { return *backend_; }

@@ -45,6 +45,32 @@ static TokenLogprob logprobs_of(const float* logits, int64_t vocab, int32_t chos
   return lp;
 }
 
+static bool needs_host(const GenerationParams& p) {
+  return p.logprobs >= 0 || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+}
+
+std::vector<SampleOutput> Sampler::sample(Backend& backend, const Tensor& logits,
+                                          const std::vector<SampleInput>& inputs) {
+  int64_t B = logits.size(0);
+  MLA_CHECK(int64_t(inputs.size()) == B && logits.dtype() == DType::F32, "sampler: {} inputs for logits {}",
+            inputs.size(), logits.describe());
+  if (std::any_of(inputs.begin(), inputs.end(), [](const SampleInput& in) { return needs_host(*in.params); })) {
+    Tensor host = backend.to_host(logits);
+    return sample(host, inputs);
+  }
+  std::vector<SamplingParams> params;
+  for (const SampleInput& in : inputs) {
+    const GenerationParams& g = *in.params;
+    params.push_back({g.temperature, g.top_k, g.top_p, g.min_p, in.seed, in.step});
+  }
+  Tensor ids = backend.empty(DType::I32, {B});
+  backend.sample(logits, params, ids);
+  Tensor host_ids = backend.to_host(ids);
+  std::vector<SampleOutput> out(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) out[size_t(b)].token = host_ids.data<int32_t>()[b];
+  return out;
+}
+
 std::vector<SampleOutput> Sampler::sample(Tensor& logits, const std::vector<SampleInput>& inputs) {
   int64_t B = logits.size(0), V = logits.size(1);
   MLA_CHECK(int64_t(inputs.size()) == B && logits.device() == Device::CPU && logits.dtype() == DType::F32,

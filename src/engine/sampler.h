@@ -1,6 +1,6 @@
 // Sampler: turns one row of logits per request into the next token, applying that request's
-// penalties first, and reports logprobs when asked. It works on host logits with the CPU
-// reference's `sample` op, so a draw depends only on (logits, params, seed, step).
+// penalties first, and reports logprobs when asked. A draw depends only on (logits, params, seed,
+// step): the backends' `sample` ops draw the same tokens from the same logits.
 #pragma once
 
 #include <vector>
@@ -28,6 +28,9 @@ class Sampler {
   Sampler() : backend_(make_cpu_backend()) {}
   // logits [B, V] F32 host tensor, modified in place by the penalties.
   std::vector<SampleOutput> sample(Tensor& logits, const std::vector<SampleInput>& inputs);
+  // logits [B, V] F32 on `backend`. Drawn there, so only the ids come back, unless a row wants
+  // penalties or logprobs: then every row is drawn on the host.
+  std::vector<SampleOutput> sample(Backend& backend, const Tensor& logits, const std::vector<SampleInput>& inputs);
 
  private:
   std::unique_ptr<Backend> backend_;

@@ -67,6 +67,11 @@ class Backend {
   // A host copy (the CPU returns the tensor itself).
   virtual Tensor to_host(const Tensor& t) { return t; }
   virtual void synchronize() {}
+  // Makes the calling thread able to run this backend's ops (CUDA: selects its device).
+  virtual void bind_thread() {}
+  // Device memory for the memory plan: bytes free (blocks this backend caches count as free) and
+  // in all. The CPU has no device memory of its own: false.
+  virtual bool memory_info(uint64_t& free, uint64_t& total) { return false; }
 
   // Rank and world size of this backend's tensor-parallel group (1 GPU: 0 and 1).
   virtual int rank() const { return 0; }
@@ -80,6 +85,18 @@ class Backend {
   virtual void add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) = 0;
   // out = x · W^T. x [T, K], out [T, N]; W any weight dtype (FP8 blocks dequantized on the fly).
   virtual void linear(const Tensor& x, const LinearWeight& w, Tensor& out) = 0;
+
+  // FP8 W8A8, as FP8 checkpoints are meant to run (callers go through apply_linear below). A
+  // backend without it leaves supports_fp8_w8a8() false and keeps FP8 weights in another form.
+  virtual bool supports_fp8_w8a8() const { return false; }
+  // Per-token-group activation quantization: for row t and group g of `group` channels,
+  // s = max(amax, 1e-10) / 448 and q = e4m3(x / s), saturating, rounded to nearest even.
+  //   x [T, K] activation dtype; q [T, K] F8_E4M3; scales [T, ceil(K / group)] F32.
+  virtual void quantize_fp8_per_token_group(const Tensor& x, int64_t group, Tensor& q, Tensor& scales);
+  // out[t, n] = sum over K-blocks b of (q[t, b] · W[n, b]) * scales[t, b] * scale_inv[n / block_n, b]:
+  // each block's dot product in fp32, scaled, summed in fp32. q and scales come from
+  // quantize_fp8_per_token_group with group = w.block_k; W is F8_E4M3 with block scales; out [T, N].
+  virtual void linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out);
   // out = silu(x[:, :I]) * x[:, I:]. x [T, 2I] (or gate and up given apart), out [T, I].
   virtual void silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
   // x += y. [T, D].
@@ -87,19 +104,22 @@ class Backend {
   // Rotates x[t, h, :] pairwise in place. x [T, heads, rope_dim] (a narrow() view), positions [T].
   virtual void rope(Tensor& x, const Tensor& positions, const RopeTable& table) = 0;
 
-  // Latent KV cache: cache[slots[t]] = latent[t]. latent [T, kv_dim], cache [num_slots, kv_dim].
-  virtual void kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache) = 0;
-  // out[i] = cache[indices[i]]. indices [S], out [S, kv_dim] F32/activation dtype.
-  virtual void kv_gather(const Tensor& cache, const Tensor& indices, Tensor& out) = 0;
+  // Latent KV cache: cache[slots[t]] = latent[t] / kv_scale. latent [T, kv_dim], cache
+  // [num_slots, kv_dim] in the pool's dtype (FP8 rows round and saturate). kv_scale is the layer's
+  // cache scale (1 unless a checkpoint gives one); every op that reads the cache multiplies it back.
+  virtual void kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache, float kv_scale) = 0;
+  // out[i] = cache[indices[i]] * kv_scale. indices [S], out [S, kv_dim] F32/activation dtype.
+  virtual void kv_gather(const Tensor& cache, float kv_scale, const Tensor& indices, Tensor& out) = 0;
   // MLA in MHA form (prefill): keys and values decompressed per head.
   //   q [T, H, nope + rope]; kv [S, H, nope + v] (kv_b of the context, rows by kv_start);
   //   k_pe [S, rope] (shared by all heads); out [T, H, v]. Causal, with the cached prefix.
   virtual void mla_prefill(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const AttentionMetadata& md,
                            float scale, Tensor& out) = 0;
   // MLA in absorbed form: queries in latent space attend over the cache directly.
-  //   q [T, H, kv_lora + rope]; cache [num_slots, kv_lora + rope]; out [T, H, kv_lora].
-  virtual void mla_decode(const Tensor& q, const Tensor& cache, const AttentionMetadata& md, float scale,
-                          Tensor& out) = 0;
+  //   q [T, H, kv_lora + rope]; cache [num_slots, kv_lora + rope] holding latent / kv_scale (see
+  //   kv_store); scale: the softmax scale; out [T, H, kv_lora].
+  virtual void mla_decode(const Tensor& q, const Tensor& cache, float kv_scale, const AttentionMetadata& md,
+                          float scale, Tensor& out) = 0;
   // q_latent[t, h, :kv_lora] = q_nope[t, h] · w_uk[h]; q_latent[t, h, kv_lora:] = q_pe[t, h].
   //   q_nope [T, H, nope], q_pe [T, H, rope], w_uk [H, nope, kv_lora], q_latent [T, H, kv_lora + rope].
   virtual void mla_absorb_q(const Tensor& q_nope, const Tensor& q_pe, const Tensor& w_uk, Tensor& q_latent) = 0;
@@ -120,6 +140,10 @@ class Backend {
   // Sum over the tensor-parallel group (identity on one device).
   virtual void all_reduce(Tensor& x) {}
 };
+
+// out = x · W^T as the weight is meant to run: FP8 block weights as W8A8 (activations quantized per
+// token per w.block_k channels) where the backend supports it, everything else by Backend::linear.
+void apply_linear(Backend& ops, const Tensor& x, const LinearWeight& w, Tensor& out);
 
 std::unique_ptr<Backend> make_cpu_backend();
 // "cpu" or "cuda" (the latter only in builds with CUDA); an unknown name is an Error.

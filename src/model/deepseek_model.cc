@@ -83,25 +83,27 @@ Tensor DeepseekModel::attention(int64_t l, const Tensor& x, const ForwardBatch& 
   Tensor q = ops.empty(act, {T, nh * qk});
   if (c.q_lora_rank > 0) {
     Tensor qa = ops.empty(act, {T, c.q_lora_rank});
-    ops.linear(x, w.q_a_proj, qa);
+    apply_linear(ops, x, w.q_a_proj, qa);
     ops.rmsnorm(qa, w.q_a_norm, float(c.rms_norm_eps), qa);
-    ops.linear(qa, w.q_b_proj, q);
+    apply_linear(ops, qa, w.q_b_proj, q);
   } else {
-    ops.linear(x, w.q_proj, q);
+    apply_linear(ops, x, w.q_proj, q);
   }
   Tensor q3 = q.reshape({T, nh, qk});
   Tensor q_nope = q3.narrow(2, 0, nope), q_pe = q3.narrow(2, nope, rope);
 
   // The token's cache entry: [rmsnorm(c_kv), rope(k_pe)], kv_lora + rope wide.
   Tensor latent = ops.empty(act, {T, L + rope});
-  ops.linear(x, w.kv_a_proj, latent);
+  apply_linear(ops, x, w.kv_a_proj, latent);
   Tensor c_kv = latent.narrow(1, 0, L);
   ops.rmsnorm(c_kv, w.kv_a_norm, float(c.rms_norm_eps), c_kv);
   Tensor k_pe = latent.narrow(1, L, rope).as_strided({T, 1, rope}, {latent.stride(0), rope, 1});
   ops.rope(q_pe, batch.positions, rope_);
   ops.rope(k_pe, batch.positions, rope_);
   Tensor& cache = kv.layer(l);
-  ops.kv_store(latent, batch.out_slots, cache);
+  // A cache scale serves FP8's narrow range; wider caches hold the latents as they are.
+  float kv_scale = cache.dtype() == DType::F8_E4M3 ? w.kv_cache_scale : 1.0f;
+  ops.kv_store(latent, batch.out_slots, cache, kv_scale);
 
   Tensor out = ops.empty(act, {T, nh, V});
   if (batch.use_absorbed()) {
@@ -110,19 +112,19 @@ Tensor DeepseekModel::attention(int64_t l, const Tensor& x, const ForwardBatch& 
     Tensor q_latent = ops.empty(act, {T, nh, L + rope});
     ops.mla_absorb_q(q_nope, q_pe, w_uk_[size_t(l)], q_latent);
     Tensor o_latent = ops.empty(act, {T, nh, L});
-    ops.mla_decode(q_latent, cache, batch.attn, softmax_scale_, o_latent);
+    ops.mla_decode(q_latent, cache, kv_scale, batch.attn, softmax_scale_, o_latent);
     ops.mla_absorb_out(o_latent, w_uv_[size_t(l)], out);
   } else {
     // MHA: decompress every context token's keys and values with kv_b.
     int64_t S = batch.attn.kv_indices.numel();
     Tensor ctx = ops.empty(act, {S, L + rope});
-    ops.kv_gather(cache, batch.attn.kv_indices, ctx);
+    ops.kv_gather(cache, kv_scale, batch.attn.kv_indices, ctx);
     Tensor kvb = ops.empty(act, {S, nh * (nope + V)});
-    ops.linear(ctx.narrow(1, 0, L), w.kv_b_proj, kvb);
+    apply_linear(ops, ctx.narrow(1, 0, L), w.kv_b_proj, kvb);
     ops.mla_prefill(q3, kvb.reshape({S, nh, nope + V}), ctx.narrow(1, L, rope), batch.attn, softmax_scale_, out);
   }
   Tensor o = ops.empty(act, {T, c.hidden_size});
-  ops.linear(out.reshape({T, nh * V}), w.o_proj, o);
+  apply_linear(ops, out.reshape({T, nh * V}), w.o_proj, o);
   ops.all_reduce(o);
   return o;
 }
@@ -131,11 +133,11 @@ Tensor DeepseekModel::dense_mlp(const GatedMlpWeights& w, const Tensor& x) {
   Backend& ops = backend_;
   int64_t T = x.size(0), I = w.gate.out_features();
   Tensor g = ops.empty(ops.activation_dtype(), {T, I}), u = ops.empty(ops.activation_dtype(), {T, I});
-  ops.linear(x, w.gate, g);
-  ops.linear(x, w.up, u);
+  apply_linear(ops, x, w.gate, g);
+  apply_linear(ops, x, w.up, u);
   ops.silu_and_mul(g, u, g);
   Tensor out = ops.empty(ops.activation_dtype(), {T, x.size(1)});
-  ops.linear(g, w.down, out);
+  apply_linear(ops, g, w.down, out);
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "config/quantization_flags.h"
 #include "weights/weight_loader.h"
 
 namespace mlaserve {
@@ -42,9 +43,18 @@ LoadedModel load_model(const ModelLoadOptions& o) {
   } else if (format == "auto") {
     format = "safetensors";
   }
+  check_quantization_flag(o.quantization);
+  // The dummy source reads its config while weights load: it keeps the one without --quantization,
+  // so that --quantization fp8 quantizes the very weights a run without it uses.
+  const ModelConfig stored = m.config;
   std::unique_ptr<WeightSource> source =
-      format == "dummy" ? make_dummy_source(m.config, o.seed, parse_dtype_flag(o.dtype, m.config.dtype))
+      format == "dummy" ? make_dummy_source(stored, o.seed, parse_dtype_flag(o.dtype, stored.dtype))
                         : open_checkpoint_source(m.folder);
+  if (o.quantization == "fp8") {
+    if (!m.config.quantization) m.config.quantization = QuantizationConfig{};
+    source = make_fp8_quantizing_source(std::move(source), m.config.quantization->block_n,
+                                        m.config.quantization->block_k);
+  }
   m.weights = load_model_weights(m.config, *source);
   spdlog::info("model: {} layers, hidden {}, {} experts, {:.2f} GB of weights", m.config.num_hidden_layers,
                m.config.hidden_size, m.config.n_routed_experts, double(m.weights.total_bytes) / 1e9);

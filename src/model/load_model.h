@@ -14,6 +14,7 @@ struct ModelLoadOptions {
   std::string load_format = "auto";  // auto | safetensors | dummy
   std::string dtype = "auto";        // dummy weights: auto (config's) | bfloat16 | float16 | float32
   uint64_t seed = 0;                 // dummy weights
+  std::string quantization{};        // "" (as stored) | fp8: linear weights to FP8 128x128 blocks at load
 };
 
 struct LoadedModel {

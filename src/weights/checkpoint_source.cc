@@ -1,5 +1,6 @@
 // WeightSource over a checkpoint folder: zero-copy views into the mapped safetensors files,
 // every tensor checked against the shape the model expects, and nothing left unclaimed.
+#include <cmath>
 #include <set>
 
 #include "common/error.h"
@@ -46,6 +47,20 @@ class CheckpointSource final : public WeightSource {
               ckpt_.file_of(name), dtype_name(info.dtype), shape_str(info.shape), shape_str(want), bn, bk);
     used_.insert(name);
     return ckpt_.tensor(name);
+  }
+
+  std::optional<float> kv_cache_scale(const std::string& attention_prefix) override {
+    std::string name = attention_prefix + ".k_scale";
+    if (!ckpt_.has(name)) return std::nullopt;
+    const TensorInfo& info = ckpt_.info(name);
+    MLA_CHECK(is_float(info.dtype) && info.dtype != DType::F8_E4M3 && ckpt_.tensor(name).numel() == 1,
+              "checkpoint {}: KV cache scale '{}' in '{}' is {}{}, expected one float", dir_, name, ckpt_.file_of(name),
+              dtype_name(info.dtype), shape_str(info.shape));
+    float scale = ckpt_.tensor(name).to_f32().data<float>()[0];
+    MLA_CHECK(scale > 0 && std::isfinite(scale), "checkpoint {}: KV cache scale '{}' is {}, not a positive number",
+              dir_, name, scale);
+    used_.insert(name);
+    return scale;
   }
 
   void finish() override {

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/random.h"
+#include "weights/fp8_block_quant.h"
 #include "weights/weight_source.h"
 
 namespace mlaserve {
@@ -33,7 +34,11 @@ class DummySource final : public WeightSource {
     int64_t n = values.numel();
 #pragma omp parallel for if (n >= (int64_t(1) << 16))
     for (int64_t i = 0; i < n; ++i) v[i] = mean + stddev * normal01(stream, uint64_t(i));
-    if (fp8) return quantize_blocks(name, values);
+    if (fp8) {
+      LinearWeight q = quantize_fp8_blocks(values, config_.quantization->block_n, config_.quantization->block_k);
+      scales_[name] = q.scale_inv;
+      return q.weight;
+    }
     DType dt = role == WeightRole::Bias ? DType::F32 : dtype_;
     if (dt == DType::F32) return values;
     Tensor out = Tensor::empty(dt, shape);
@@ -54,29 +59,6 @@ class DummySource final : public WeightSource {
   std::string describe() const override { return fmt::format("dummy weights (seed {})", seed_); }
 
  private:
-  // One fp32 scale per block_n x block_k block: the block's max maps to the e4m3 maximum.
-  Tensor quantize_blocks(const std::string& name, const Tensor& w) {
-    int64_t N = w.size(0), K = w.size(1), bn = config_.quantization->block_n, bk = config_.quantization->block_k;
-    int64_t gn = (N + bn - 1) / bn, gk = (K + bk - 1) / bk;
-    Tensor q = Tensor::empty(DType::F8_E4M3, {N, K}), s = Tensor::empty(DType::F32, {gn, gk});
-    const float* v = w.data<float>();
-#pragma omp parallel for collapse(2)
-    for (int64_t bi = 0; bi < gn; ++bi) {
-      for (int64_t bj = 0; bj < gk; ++bj) {
-        float amax = 0;
-        for (int64_t r = bi * bn; r < std::min(N, (bi + 1) * bn); ++r)
-          for (int64_t c = bj * bk; c < std::min(K, (bj + 1) * bk); ++c) amax = std::max(amax, std::fabs(v[r * K + c]));
-        float scale = amax > 0 ? amax / kE4m3Max : 1.0f;
-        s.data<float>()[bi * gk + bj] = scale;
-        for (int64_t r = bi * bn; r < std::min(N, (bi + 1) * bn); ++r)
-          for (int64_t c = bj * bk; c < std::min(K, (bj + 1) * bk); ++c)
-            q.data<uint8_t>()[r * K + c] = f32_to_e4m3(v[r * K + c] / scale);
-      }
-    }
-    scales_[name] = s;
-    return q;
-  }
-
   const ModelConfig& config_;
   uint64_t seed_;
   DType dtype_;

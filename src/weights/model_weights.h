@@ -19,6 +19,9 @@ struct AttentionWeights {
   Tensor kv_a_norm;       // [kv_lora]
   LinearWeight kv_b_proj; // [H * (nope + v), kv_lora]
   LinearWeight o_proj;    // [hidden, H * v]
+  // An FP8 latent cache holds latent / kv_cache_scale: 1 unless the checkpoint has a calibrated
+  // self_attn.k_scale (DeepSeek's own FP8 checkpoints have none).
+  float kv_cache_scale = 1.0f;
 };
 
 struct MoeWeights {

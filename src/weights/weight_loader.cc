@@ -50,6 +50,7 @@ class Walker {
     a.kv_a_norm = norm(p + ".kv_a_layernorm.weight", c_.kv_lora_rank);
     a.kv_b_proj = linear(p + ".kv_b_proj", nh * (c_.qk_nope_head_dim + c_.v_head_dim), c_.kv_lora_rank);
     a.o_proj = linear(p + ".o_proj", H, nh * c_.v_head_dim);
+    if (auto scale = src_.kv_cache_scale(p)) a.kv_cache_scale = *scale;
     return a;
   }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/tensor.h"
@@ -28,6 +29,9 @@ class WeightSource {
   // FP8 block scales of `weight_name` (…weight_scale_inv), or an undefined Tensor.
   virtual Tensor get_scale(const std::string& weight_name, const Shape& weight_shape, int64_t block_n,
                            int64_t block_k) = 0;
+  // The calibrated FP8 KV cache scale of an attention layer (`attention_prefix`.k_scale: MLA caches
+  // one latent, so there is no v_scale), if the source has one.
+  virtual std::optional<float> kv_cache_scale(const std::string& attention_prefix) { return std::nullopt; }
   // Called once all tensors were fetched: fails on tensors nobody asked for.
   virtual void finish() = 0;
   virtual std::string describe() const = 0;
@@ -36,5 +40,10 @@ class WeightSource {
 std::unique_ptr<WeightSource> open_checkpoint_source(const std::string& dir);
 // dtype: what unquantized weights are stored in; FP8 linears when config.quantization is set.
 std::unique_ptr<WeightSource> make_dummy_source(const ModelConfig& config, uint64_t seed, DType dtype);
+// --quantization fp8: `inner`'s Linear-role weights that are not FP8 yet come out as e4m3 with
+// block_n x block_k scales (quantize_fp8_blocks), as in DeepSeek-V3's FP8 checkpoints; every
+// other tensor, and weights already in FP8, pass through.
+std::unique_ptr<WeightSource> make_fp8_quantizing_source(std::unique_ptr<WeightSource> inner, int64_t block_n,
+                                                         int64_t block_k);
 
 }  // namespace mlaserve

@@ -204,7 +204,7 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
     double flops = 2.0 * c.B * c.H * c.ctx * (576 + 512);
     for (int64_t batch_id : {1, 0}) {
       for (auto& m : mds) m.batch_id = batch_id;
-      double ms = time_ms([&](int i) { gpu.mla_decode(q, cache, mds[i % n_sets], scale, out); }, 100, 10);
+      double ms = time_ms([&](int i) { gpu.mla_decode(q, cache, 1.0f, mds[i % n_sets], scale, out); }, 100, 10);
       std::string name = batch_id ? "mla_decode run" : "mla_decode plan+run";
       if (c.H >= 128)
         flop_row(name, shape, ms, flops, double(kv_bytes));

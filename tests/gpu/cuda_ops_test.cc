@@ -135,9 +135,9 @@ TEST_F(CudaOps, KvStoreAndGather) {
   std::vector<int32_t> where(T);
   for (int64_t t = 0; t < T; ++t) where[t] = int32_t((t * 7 + 11) % slots);
   Tensor cache = poisoned(gpu, DType::BF16, {slots, 576});
-  gpu.kv_store(dev_bf16(latent), gpu.to_device(Tensor::from_i32(where)), cache);
+  gpu.kv_store(dev_bf16(latent), gpu.to_device(Tensor::from_i32(where)), cache, 1.0f);
   Tensor back = poisoned(gpu, DType::BF16, {T, 576});
-  gpu.kv_gather(cache, gpu.to_device(Tensor::from_i32(where)), back);
+  gpu.kv_gather(cache, 1.0f, gpu.to_device(Tensor::from_i32(where)), back);
   EXPECT_EQ(rel_l2(gpu.to_host(back), latent), 0.0);
 }
 

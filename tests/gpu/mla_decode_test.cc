@@ -60,14 +60,14 @@ class MlaDecode : public GpuTest {
     Tensor q = random_f32({m.T, H, 576}, seed + 1), cache = random_f32({num_slots, 576}, seed + 2);
     float scale = 1.0f / std::sqrt(192.0f);
     Tensor want = Tensor::empty(DType::F32, {m.T, H, 512});
-    cpu->mla_decode(q, cache, m.host, scale, want);
+    cpu->mla_decode(q, cache, 1.0f, m.host, scale, want);
     Tensor out = poisoned(gpu, DType::BF16, {m.T, H, 512});
     Tensor qd = gpu.to_device(to_dtype(q, DType::BF16)), cd = gpu.to_device(to_dtype(cache, DType::BF16));
-    gpu.mla_decode(qd, cd, m.dev, scale, out);
+    gpu.mla_decode(qd, cd, 1.0f, m.dev, scale, out);
     double err = rel_l2(gpu.to_host(out), want);
     if (batch_id != 0) {  // a second call reuses the plan and must give the same answer
       Tensor out2 = poisoned(gpu, DType::BF16, {m.T, H, 512});
-      gpu.mla_decode(qd, cd, m.dev, scale, out2);
+      gpu.mla_decode(qd, cd, 1.0f, m.dev, scale, out2);
       err = std::max(err, rel_l2(gpu.to_host(out2), want));
     }
     std::printf("  mla_decode H=%lld seqs=%zu T=%lld m_tiles=%d: rel_l2 %.2e\n", (long long)H, b.seq_lens.size(),
@@ -135,12 +135,12 @@ TEST_F(MlaDecode, GraphReplayWithNewLengths) {
   Tensor out = poisoned(gpu, DType::BF16, {3, H, 512});
   float scale = 0.1f;
   upload(m1);
-  gpu.mla_decode(qd, cd, md, scale, out);  // sizes the plan buffers outside the capture
+  gpu.mla_decode(qd, cd, 1.0f, md, scale, out);  // sizes the plan buffers outside the capture
   gpu.synchronize();
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CUDA_CHECK(cudaStreamBeginCapture(gpu.stream(), cudaStreamCaptureModeThreadLocal));
-  gpu.mla_decode(qd, cd, md, scale, out);
+  gpu.mla_decode(qd, cd, 1.0f, md, scale, out);
   CUDA_CHECK(cudaStreamEndCapture(gpu.stream(), &graph));
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (const HostMd* m : {&m2, &m1}) {
@@ -149,7 +149,7 @@ TEST_F(MlaDecode, GraphReplayWithNewLengths) {
     CUDA_CHECK(cudaGraphLaunch(exec, gpu.stream()));
     gpu.synchronize();
     Tensor want = Tensor::empty(DType::F32, {3, H, 512});
-    cpu->mla_decode(q, cache, m->host, scale, want);
+    cpu->mla_decode(q, cache, 1.0f, m->host, scale, want);
     EXPECT_LE(rel_l2(gpu.to_host(out), want), kTol) << "replay with lengths " << m->host.seq_lens.data<int32_t>()[0];
   }
   cudaGraphExecDestroy(exec);

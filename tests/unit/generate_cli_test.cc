@@ -78,5 +78,18 @@ TEST(GenerateCli, BadArgumentsAreClearErrors) {
   EXPECT_NE(r.out.find("neither a checkpoint folder nor a preset"), std::string::npos) << r.out;
 }
 
+TEST(GenerateCli, Fp8WeightsAndKvCache) {
+  std::string model = "generate --model " + testing::model_fixture("v3_noaux_tc") + " --input-ids 5,6,7 ";
+  Result r = run(model + "--max-new-tokens 4 --ignore-eos --json --quantization fp8 --kv-cache-dtype fp8_e4m3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"].size(), 4u);
+  r = run(model + "--kv-cache-dtype fp8_e5m2");
+  EXPECT_NE(r.out.find("fp8_e5m2 is not supported"), std::string::npos) << r.out;
+  r = run(model + "--kv-cache-dtype fp8_e4m3 --device cuda");
+  EXPECT_NE(r.out.find("not yet on CUDA"), std::string::npos) << r.out;
+  r = run(model + "--quantization awq");
+  EXPECT_NE(r.out.find("--quantization awq: only fp8"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace mlaserve

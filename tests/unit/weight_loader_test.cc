@@ -2,6 +2,7 @@
 // file named; dummy weights are seeded and reproducible.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "common/error.h"
@@ -120,6 +121,77 @@ TEST(WeightLoader, MtpLayerOfAV3CheckpointIsLoaded) {
   ASSERT_EQ(m.weights.mtp.size(), 1u);
   EXPECT_EQ(m.weights.mtp[0].eh_proj.weight.shape(), (Shape{64, 128}));
   EXPECT_TRUE(m.weights.mtp[0].layer.is_moe);
+}
+
+// --quantization fp8 quantizes what DeepSeek-V3's FP8 checkpoints store in FP8: attention
+// projections, dense MLPs, routed and shared experts. Embeddings, norms, the router, its bias,
+// lm_head and the MTP layer's eh_proj / head stay as stored.
+TEST(WeightLoader, QuantizationFp8QuantizesTheLinearLayersOnly) {
+  LoadedModel m = load_model({.model = testing::model_fixture("v3_noaux_tc"), .quantization = "fp8"});
+  ASSERT_TRUE(m.config.quantization.has_value());
+  auto fp8 = [](const LinearWeight& w) {
+    return w.weight.dtype() == DType::F8_E4M3 && w.is_fp8_block() && w.block_n == 128 && w.block_k == 128 &&
+           w.scale_inv.shape() == Shape({(w.out_features() + 127) / 128, (w.in_features() + 127) / 128});
+  };
+  auto mlp_fp8 = [&](const GatedMlpWeights& g) { return fp8(g.gate) && fp8(g.up) && fp8(g.down); };
+  for (const LayerWeights& l : m.weights.layers) {
+    const AttentionWeights& a = l.attn;
+    EXPECT_TRUE(fp8(a.q_a_proj) && fp8(a.q_b_proj) && fp8(a.kv_a_proj) && fp8(a.kv_b_proj) && fp8(a.o_proj));
+    EXPECT_EQ(a.q_a_norm.dtype(), DType::F32);
+    EXPECT_EQ(a.kv_a_norm.dtype(), DType::F32);
+    EXPECT_EQ(l.input_norm.dtype(), DType::F32);
+    if (l.is_moe) {
+      for (const auto& e : l.moe.experts) EXPECT_TRUE(mlp_fp8(e));
+      EXPECT_TRUE(mlp_fp8(l.moe.shared));
+      EXPECT_EQ(l.moe.router.dtype(), DType::F32);
+      EXPECT_EQ(l.moe.correction_bias.dtype(), DType::F32);
+    } else {
+      EXPECT_TRUE(mlp_fp8(l.mlp));
+    }
+  }
+  EXPECT_EQ(m.weights.embed.dtype(), DType::F32);
+  EXPECT_EQ(m.weights.lm_head.weight.dtype(), DType::F32);
+  EXPECT_FALSE(m.weights.lm_head.is_fp8_block());
+  ASSERT_EQ(m.weights.mtp.size(), 1u);
+  EXPECT_EQ(m.weights.mtp[0].eh_proj.weight.dtype(), DType::F32);
+  EXPECT_EQ(m.weights.mtp[0].head.weight.dtype(), DType::F32);
+  EXPECT_TRUE(fp8(m.weights.mtp[0].layer.attn.kv_b_proj));
+  EXPECT_EQ(m.weights.layers[0].attn.kv_cache_scale, 1.0f);
+
+  // Dummy weights: the quantized ones are those of the same run without --quantization.
+  ModelLoadOptions o{.model = "deepseek-v2-lite-tiny", .load_format = "dummy", .seed = 5};
+  LoadedModel plain = load_model(o);
+  o.quantization = "fp8";
+  LoadedModel quantized = load_model(o);
+  const LinearWeight &p = plain.weights.layers[1].attn.kv_b_proj, &q = quantized.weights.layers[1].attn.kv_b_proj;
+  ASSERT_TRUE(fp8(q));
+  Tensor want = dequantize(p), got = dequantize(q);
+  for (int64_t i = 0; i < want.numel(); ++i)
+    ASSERT_LE(std::fabs(got.data<float>()[i] - want.data<float>()[i]), std::fabs(want.data<float>()[i]) / 16 + 1e-3)
+        << i;
+
+  try {
+    load_model({.model = testing::model_fixture("v3_noaux_tc"), .quantization = "int4"});
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--quantization int4"), std::string::npos) << e.what();
+  }
+}
+
+TEST(WeightLoader, KvCacheScaleOfACheckpointIsRead) {
+  TempDir dir("kscale");
+  auto folder = edited_checkpoint(dir, [](TensorList& t) {
+    t.push_back({"model.layers.1.self_attn.k_scale", Tensor::from_f32({0.5f}, {})});
+  });
+  LoadedModel m = load_model({.model = folder});
+  EXPECT_EQ(m.weights.layers[0].attn.kv_cache_scale, 1.0f);
+  EXPECT_EQ(m.weights.layers[1].attn.kv_cache_scale, 0.5f);
+
+  TempDir bad_dir("kscale_bad");
+  auto bad = edited_checkpoint(bad_dir, [](TensorList& t) {
+    t.push_back({"model.layers.1.self_attn.k_scale", Tensor::from_f32({-1.0f}, {1})});
+  });
+  expect_load_error(bad, {"model.layers.1.self_attn.k_scale", "positive"});
 }
 
 }  // namespace

@@ -99,8 +99,8 @@ void CpuBackend::mla_prefill(const Tensor& q, const Tensor& kv, const Tensor& k_
   }
 }
 
-void CpuBackend::mla_decode(const Tensor& q, const Tensor& cache, const AttentionMetadata& md, float scale,
-                            Tensor& out) {
+void CpuBackend::mla_decode(const Tensor& q, const Tensor& cache, float kv_scale, const AttentionMetadata& md,
+                            float scale, Tensor& out) {
   int64_t T = q.size(0), H = q.size(1), D = q.size(2), L = out.size(2), N = cache.size(0);
   check_f32(q, {T, H, D}, "mla_decode q");
   check_f32(out, {T, H, L}, "mla_decode out");
@@ -113,7 +113,7 @@ void CpuBackend::mla_decode(const Tensor& q, const Tensor& cache, const Attentio
   for (int64_t i = 0; i < md.kv_indices.numel(); ++i)
     MLA_CHECK(slots[i] >= 0 && slots[i] < N, "mla_decode: slot {} outside the pool of {}", slots[i], N);
   // Latent rows are read once per (query, key) pair; converting the cache rows of each seq to
-  // fp32 first keeps the inner loops simple for any cache dtype.
+  // fp32 (times kv_scale) first keeps the inner loops simple for any cache dtype, FP8 included.
 #pragma omp parallel if (worth_threads(int64_t(T) * H * md.max_seq_len * D * 2))
   {
     std::vector<float> p, krow(static_cast<size_t>(D));
@@ -123,7 +123,7 @@ void CpuBackend::mla_decode(const Tensor& q, const Tensor& cache, const Attentio
       int64_t n = qp.visible;
       p.assign(size_t(n * H), 0.0f);
       for (int64_t j = 0; j < n; ++j) {
-        load_row_f32(cache, slots[ks[qp.seq] + j], krow.data());
+        load_cache_row(cache, kv_scale, slots[ks[qp.seq] + j], krow.data());
         for (int64_t h = 0; h < H; ++h) {
           const float* qv = row_ptr(q, t, h);
           float acc = 0;
@@ -137,7 +137,7 @@ void CpuBackend::mla_decode(const Tensor& q, const Tensor& cache, const Attentio
         for (int64_t c = 0; c < L; ++c) o[c] = 0;
       }
       for (int64_t j = 0; j < n; ++j) {
-        load_row_f32(cache, slots[ks[qp.seq] + j], krow.data());
+        load_cache_row(cache, kv_scale, slots[ks[qp.seq] + j], krow.data());
         for (int64_t h = 0; h < H; ++h) {
           float pj = p[h * n + j];
           float* o = row_ptr(out, t, h);

@@ -22,6 +22,12 @@ void check_i32(const Tensor& t, int64_t n, const char* what) {
             "{}: expected I32[{}], got {}", what, n, t.defined() ? t.describe() : "nothing");
 }
 
+void load_cache_row(const Tensor& cache, float kv_scale, int64_t slot, float* out) {
+  load_row_f32(cache, slot, out);
+  if (kv_scale == 1.0f) return;
+  for (int64_t i = 0; i < cache.size(1); ++i) out[i] *= kv_scale;
+}
+
 void load_row_f32(const Tensor& t, int64_t r, float* out) {
   int64_t n = t.size(-1);
   const char* base = static_cast<const char*>(t.raw()) + r * t.stride(0) * int64_t(dtype_size(t.dtype()));
@@ -116,28 +122,29 @@ void CpuBackend::rope(Tensor& x, const Tensor& positions, const RopeTable& table
   }
 }
 
-void CpuBackend::kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache) {
+void CpuBackend::kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache, float kv_scale) {
   int64_t T = latent.size(0), D = latent.size(1), N = cache.size(0);
   check_f32(latent, {T, D}, "kv_store latent");
   check_i32(slots, T, "kv_store slots");
   MLA_CHECK(cache.ndim() == 2 && cache.size(1) == D && cache.is_contiguous(), "kv_store: cache {} for latents of {}",
             cache.describe(), D);
+  MLA_CHECK(kv_scale > 0 && std::isfinite(kv_scale), "kv_store: KV cache scale {} must be positive", kv_scale);
   for (int64_t t = 0; t < T; ++t) {
     int32_t s = slots.data<int32_t>()[t];
     MLA_CHECK(s >= 0 && s < N, "kv_store: slot {} outside the pool of {}", s, N);
     const float* src = row_ptr(latent, t);
-    for (int64_t i = 0; i < D; ++i) store_from_f32(cache.raw(), cache.dtype(), size_t(s * D + i), src[i]);
+    for (int64_t i = 0; i < D; ++i) store_from_f32(cache.raw(), cache.dtype(), size_t(s * D + i), src[i] / kv_scale);
   }
 }
 
-void CpuBackend::kv_gather(const Tensor& cache, const Tensor& indices, Tensor& out) {
+void CpuBackend::kv_gather(const Tensor& cache, float kv_scale, const Tensor& indices, Tensor& out) {
   int64_t S = indices.numel(), D = cache.size(1), N = cache.size(0);
   check_i32(indices, S, "kv_gather indices");
   check_f32(out, {S, D}, "kv_gather out");
   for (int64_t i = 0; i < S; ++i) {
     int32_t s = indices.data<int32_t>()[i];
     MLA_CHECK(s >= 0 && s < N, "kv_gather: slot {} outside the pool of {}", s, N);
-    load_row_f32(cache, s, row_ptr(out, i));
+    load_cache_row(cache, kv_scale, s, row_ptr(out, i));
   }
 }
 

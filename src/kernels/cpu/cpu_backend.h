@@ -17,14 +17,17 @@ class CpuBackend final : public Backend {
   void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) override;
   void linear(const Tensor& x, const LinearWeight& w, Tensor& out) override;
+  bool supports_fp8_w8a8() const override { return true; }
+  void quantize_fp8_per_token_group(const Tensor& x, int64_t group, Tensor& q, Tensor& scales) override;
+  void linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) override;
   void silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
   void add(Tensor& x, const Tensor& y) override;
   void rope(Tensor& x, const Tensor& positions, const RopeTable& table) override;
-  void kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache) override;
-  void kv_gather(const Tensor& cache, const Tensor& indices, Tensor& out) override;
+  void kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache, float kv_scale) override;
+  void kv_gather(const Tensor& cache, float kv_scale, const Tensor& indices, Tensor& out) override;
   void mla_prefill(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const AttentionMetadata& md, float scale,
                    Tensor& out) override;
-  void mla_decode(const Tensor& q, const Tensor& cache, const AttentionMetadata& md, float scale,
+  void mla_decode(const Tensor& q, const Tensor& cache, float kv_scale, const AttentionMetadata& md, float scale,
                   Tensor& out) override;
   void mla_absorb_q(const Tensor& q_nope, const Tensor& q_pe, const Tensor& w_uk, Tensor& q_latent) override;
   void mla_absorb_out(const Tensor& latent, const Tensor& w_uv, Tensor& out) override;
@@ -46,6 +49,8 @@ inline float* row_ptr(const Tensor& t, int64_t i, int64_t j) {
 }
 // Converts row `r` of a 2-D tensor of any float dtype to fp32.
 void load_row_f32(const Tensor& t, int64_t r, float* out);
+// Row `slot` of a latent cache in fp32: the stored value (FP8 or other) times the layer's kv_scale.
+void load_cache_row(const Tensor& cache, float kv_scale, int64_t slot, float* out);
 // Checks an fp32 host tensor with a contiguous last dim and the expected shape.
 void check_f32(const Tensor& t, const Shape& shape, const char* what);
 void check_i32(const Tensor& t, int64_t n, const char* what);

@@ -110,10 +110,11 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& w
     Tensor xs = Tensor::empty(DType::F32, {n, H}), g = Tensor::empty(DType::F32, {n, I}),
            u = Tensor::empty(DType::F32, {n, I}), y = Tensor::empty(DType::F32, {n, H});
     for (int64_t i = 0; i < n; ++i) std::copy_n(row_ptr(x, routed[e][i].first), H, row_ptr(xs, i));
-    linear(xs, w.gate, g);
-    linear(xs, w.up, u);
+    // FP8 experts run as W8A8, like every other FP8 linear layer.
+    apply_linear(*this, xs, w.gate, g);
+    apply_linear(*this, xs, w.up, u);
     silu_and_mul(g, u, g);
-    linear(g, w.down, y);
+    apply_linear(*this, g, w.down, y);
     for (int64_t i = 0; i < n; ++i) {
       float* o = row_ptr(out, routed[e][i].first);
       const float* yr = row_ptr(y, i);

@@ -45,6 +45,14 @@ Tensor CudaBackend::empty(DType dtype, Shape shape) {
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+bool CudaBackend::memory_info(uint64_t& free, uint64_t& total) {
+  size_t f = 0, t = 0;
+  CUDA_CHECK(cudaMemGetInfo(&f, &t));
+  free = uint64_t(f) + uint64_t(allocator_->cached_bytes());
+  total = uint64_t(t);
+  return true;
+}
+
 Tensor CudaBackend::to_device(const Tensor& host) {
   Tensor src = host.contiguous();
   Tensor d = empty(src.dtype(), src.shape());
@@ -155,7 +163,8 @@ void CudaBackend::rope(Tensor& x, const Tensor& positions, const RopeTable& tabl
               table.inv_freq.data<float>(), table.mscale, stream_);
 }
 
-void CudaBackend::kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache) {
+void CudaBackend::kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache, float kv_scale) {
+  MLA_CHECK(kv_scale == 1.0f, "kv_store: KV cache scales (FP8 KV cache) are not yet on CUDA");
   check_dev(latent, DType::BF16, 2, "kv_store latent");
   check_dev(slots, DType::I32, 1, "kv_store slots");
   check_dev(cache, DType::BF16, 2, "kv_store cache");
@@ -165,7 +174,8 @@ void CudaBackend::kv_store(const Tensor& latent, const Tensor& slots, Tensor& ca
                   stream_);
 }
 
-void CudaBackend::kv_gather(const Tensor& cache, const Tensor& indices, Tensor& out) {
+void CudaBackend::kv_gather(const Tensor& cache, float kv_scale, const Tensor& indices, Tensor& out) {
+  MLA_CHECK(kv_scale == 1.0f, "kv_gather: KV cache scales (FP8 KV cache) are not yet on CUDA");
   check_dev(cache, DType::BF16, 2, "kv_gather cache");
   check_dev(indices, DType::I32, 1, "kv_gather indices");
   check_dev(out, DType::BF16, 2, "kv_gather out");

@@ -35,6 +35,8 @@ class CudaBackend final : public Backend {
   Tensor empty(DType dtype, Shape shape) override;
   cudaStream_t stream() const { return stream_; }
   void synchronize() override;
+  bool memory_info(uint64_t& free, uint64_t& total) override;
+  void bind_thread() override { CUDA_CHECK(cudaSetDevice(device_)); }
 
   // Host <-> device copies of whole tensors, dtype kept.
   Tensor to_device(const Tensor& host);
@@ -49,11 +51,12 @@ class CudaBackend final : public Backend {
   void silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
   void add(Tensor& x, const Tensor& y) override;
   void rope(Tensor& x, const Tensor& positions, const RopeTable& table) override;
-  void kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache) override;
-  void kv_gather(const Tensor& cache, const Tensor& indices, Tensor& out) override;
+  // BF16 caches only so far: kv_scale must be 1 (the FP8 KV cache is on the CPU backend alone).
+  void kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache, float kv_scale) override;
+  void kv_gather(const Tensor& cache, float kv_scale, const Tensor& indices, Tensor& out) override;
   void mla_prefill(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const AttentionMetadata& md, float scale,
                    Tensor& out) override;
-  void mla_decode(const Tensor& q, const Tensor& cache, const AttentionMetadata& md, float scale,
+  void mla_decode(const Tensor& q, const Tensor& cache, float kv_scale, const AttentionMetadata& md, float scale,
                   Tensor& out) override;
   // The mla_decode plan (tests force its tiling; graph runners plan the largest batch first).
   MlaDecodePlan& mla_decode_plan();

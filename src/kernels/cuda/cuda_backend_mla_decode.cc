@@ -78,8 +78,9 @@ MlaDecodePlan& CudaBackend::mla_decode_plan() {
   return *mla_decode_plan_;
 }
 
-void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, const AttentionMetadata& md, float scale,
-                             Tensor& out) {
+void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, float kv_scale, const AttentionMetadata& md,
+                             float scale, Tensor& out) {
+  MLA_CHECK(kv_scale == 1.0f, "mla_decode: KV cache scales (FP8 KV cache) are not yet on CUDA");
   MLA_CHECK(q.defined() && q.device() == Device::CUDA && q.dtype() == DType::BF16 && q.ndim() == 3 &&
                 q.size(2) == kMlaKvDim && q.stride(2) == 1 && q.stride(0) % 8 == 0 && q.stride(1) % 8 == 0 &&
                 aligned(q.raw(), 16),
