@@ -155,6 +155,23 @@ def test_api_key():
         s.stop()
 
 
+def test_fp8_weights_and_kv_cache_serve_and_bad_flags_are_refused():
+    s = Server("--max-total-tokens", "4096", "--quantization", "fp8", "--kv-cache-dtype", "fp8_e4m3")
+    try:
+        r = greedy(s, "FP8 all the way", 6)
+        assert r["choices"][0]["finish_reason"] == "length" and r["usage"]["completion_tokens"] == 6
+    finally:
+        s.stop()
+    from conftest import BINARY, MODEL, TOKENIZER
+    import subprocess
+    base = [BINARY, "serve", "--model", MODEL, "--load-format", "dummy", "--tokenizer-path", TOKENIZER, "--port", "1"]
+    for flags, reason in [(["--kv-cache-dtype", "fp8_e5m2"], "fp8_e5m2"), (["--quantization", "int4"], "int4"),
+                          (["--mem-fraction-static", "1.5"], "--mem-fraction-static"),
+                          (["--schedule-policy", "lpm", "--disable-radix-cache"], "radix cache")]:
+        r = subprocess.run(base + flags, capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0 and reason in r.stdout + r.stderr, (flags, r.stdout[-500:], r.stderr[-500:])
+
+
 def test_sigterm_drains_running_requests():
     s = Server("--max-total-tokens", "4096")
     result = {}
