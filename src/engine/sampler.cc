@@ -8,6 +8,15 @@
 
 namespace mlaserve {
 
+bool has_penalties(const GenerationParams& p) {
+  return p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+}
+
+static SamplingParams sampling_params_of(const SampleInput& in) {
+  const GenerationParams& g = *in.params;
+  return {g.temperature, g.top_k, g.top_p, g.min_p, in.seed, in.step};
+}
+
 void apply_penalties(float* logits, int64_t vocab, const SampleInput& in) {
   const GenerationParams& p = *in.params;
   const std::vector<int32_t>& tokens = *in.tokens;
@@ -46,7 +55,7 @@ static TokenLogprob logprobs_of(const float* logits, int64_t vocab, int32_t chos
 }
 
 static bool needs_host(const GenerationParams& p) {
-  return p.logprobs >= 0 || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+  return p.logprobs >= 0 || has_penalties(p);
 }
 
 std::vector<SampleOutput> Sampler::sample(Backend& backend, const Tensor& logits,
@@ -59,10 +68,7 @@ std::vector<SampleOutput> Sampler::sample(Backend& backend, const Tensor& logits
     return sample(host, inputs);
   }
   std::vector<SamplingParams> params;
-  for (const SampleInput& in : inputs) {
-    const GenerationParams& g = *in.params;
-    params.push_back({g.temperature, g.top_k, g.top_p, g.min_p, in.seed, in.step});
-  }
+  for (const SampleInput& in : inputs) params.push_back(sampling_params_of(in));
   Tensor ids = backend.empty(DType::I32, {B});
   backend.sample(logits, params, ids);
   Tensor host_ids = backend.to_host(ids);
@@ -79,8 +85,7 @@ std::vector<SampleOutput> Sampler::sample(Tensor& logits, const std::vector<Samp
   for (int64_t b = 0; b < B; ++b) {
     const SampleInput& in = inputs[size_t(b)];
     apply_penalties(logits.data<float>() + b * logits.stride(0), V, in);
-    const GenerationParams& g = *in.params;
-    params[size_t(b)] = {g.temperature, g.top_k, g.top_p, g.min_p, in.seed, in.step};
+    params[size_t(b)] = sampling_params_of(in);
   }
   Tensor ids = Tensor::empty(DType::I32, {B});
   backend_->sample(logits, params, ids);

@@ -36,6 +36,9 @@ class Sampler {
   std::unique_ptr<Backend> backend_;
 };
 
+// Whether any penalty is set (the draw then reads the token history).
+bool has_penalties(const GenerationParams& p);
+
 // In place on one row: repetition penalty over prompt and output, frequency and presence over the
 // output, as OpenAI and SGLang define them.
 void apply_penalties(float* logits, int64_t vocab, const SampleInput& in);

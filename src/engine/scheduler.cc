@@ -364,9 +364,8 @@ void Scheduler::launch(const std::vector<Sequence*>& batch) {
     if (s->pending() > 0) continue;  // a prefill chunk with more to come: nothing to draw yet
     // Its last pending token runs: it draws the next one, known to later launches as a future.
     const GenerationParams& p = s->req->params;
-    bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
     step.samples.push_back({int64_t(step.seqs.size() - 1), next_future_, &p,
-                            penalties ? s->tokens : std::vector<int32_t>{}, s->prompt_len, s->seed,
+                            has_penalties(p) ? s->tokens : std::vector<int32_t>{}, s->prompt_len, s->seed,
                             uint64_t(s->num_output())});
     s->tokens.push_back(future_token(next_future_));
     next_future_ = (next_future_ + 1) % (int64_t(1) << 30);
