@@ -6,16 +6,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <numeric>
 
-#include "cache/kv_pool.h"
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/random.h"
 #include "engine/forward_batch.h"
-#include "model/deepseek_model.h"
+#include "engine/model_runner.h"
 #include "model/load_model.h"
 #include "weights/weight_loader.h"
 
@@ -28,11 +28,33 @@ struct OneBatchArgs {
   std::vector<int> batch_sizes{1}, input_lens{256}, output_lens{16};
   std::string device = "cpu";
   int num_layers = 0;  // > 0: cut the model to this many layers (for shapes too big to hold)
+  bool disable_cuda_graph = false;
   std::string result_file;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Weight bytes one decode step of `batch` sequences reads: every dense weight once and, per MoE
+// layer, the experts the batch touches (expected count under uniform routing). Over the copy
+// bandwidth this is the step's floor.
+double decode_weight_bytes(const ModelConfig& c, int64_t batch, double elem_bytes) {
+  double H = double(c.hidden_size), nh = double(c.num_attention_heads), L = double(c.kv_lora_rank);
+  double qk = double(c.qk_head_dim()), r = double(c.qk_rope_head_dim), v = double(c.v_head_dim);
+  double q = c.q_lora_rank > 0 ? H * double(c.q_lora_rank) + double(c.q_lora_rank) * nh * qk : H * nh * qk;
+  double attention = q + H * (L + r) + L * nh * (double(c.qk_nope_head_dim) + v) + nh * v * H;
+  double E = double(c.n_routed_experts), k = double(c.num_experts_per_tok), I = double(c.moe_intermediate_size);
+  double touched = E > 0 ? E * (1.0 - std::pow(1.0 - k / E, double(batch))) : 0.0;
+  double params = double(c.vocab_size) * H;  // lm_head
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    params += attention;
+    if (c.is_moe_layer(l))
+      params += E * H + 3.0 * H * I * (double(c.n_shared_experts) + touched);
+    else
+      params += 3.0 * H * double(c.intermediate_size);
+  }
+  return params * elem_bytes;
 }
 
 void run(const OneBatchArgs& a) {
@@ -45,18 +67,20 @@ void run(const OneBatchArgs& a) {
     config.num_nextn_predict_layers = 0;
   }
   MLA_CHECK(a.load.load_format == "dummy" || a.num_layers == 0, "--num-layers needs --load-format dummy");
-  auto source = a.load.load_format == "dummy" ? make_dummy_source(config, a.load.seed, config.dtype)
+  auto backend = make_backend(a.device);  // first: dummy weights are made on it
+  auto source = a.load.load_format == "dummy" ? make_dummy_source(config, a.load.seed, config.dtype, backend.get())
                                               : open_checkpoint_source(a.load.model);
   ModelWeights weights = load_model_weights(config, *source);
-  auto backend = make_backend(a.device);
-  DeepseekModel model(config, std::move(weights), *backend);
   int max_bs = *std::max_element(a.batch_sizes.begin(), a.batch_sizes.end());
   int max_len = *std::max_element(a.input_lens.begin(), a.input_lens.end()) +
                 *std::max_element(a.output_lens.begin(), a.output_lens.end());
-  KvPool kv(*backend, config.num_hidden_layers, int64_t(max_bs) * max_len, config.kv_cache_dim(),
-            backend->activation_dtype());
-  std::printf("%-6s %-6s %-6s %12s %14s %14s %14s %10s\n", "batch", "input", "output", "prefill s", "prefill tok/s",
-              "decode ms", "decode tok/s", "total s");
+  DType kv_dtype = backend->activation_dtype();
+  ModelRunner runner(std::move(backend), config, std::move(weights), int64_t(max_bs) * max_len, kv_dtype);
+  Backend& ops = runner.backend();
+  // Like the server: decode batches replay CUDA graphs, captured here for the batch sizes timed.
+  if (ops.supports_graphs() && !a.disable_cuda_graph) runner.capture_decode_graphs(a.batch_sizes);
+  std::printf("%-6s %-6s %-6s %12s %14s %14s %14s %10s %12s\n", "batch", "input", "output", "prefill s",
+              "prefill tok/s", "decode ms", "decode tok/s", "total s", "weights GB");
   for (int bs : a.batch_sizes)
     for (int in_len : a.input_lens)
       for (int out_len : a.output_lens) {
@@ -67,36 +91,45 @@ void run(const OneBatchArgs& a) {
           seqs[size_t(b)].slots.resize(size_t(in_len));
           std::iota(seqs[size_t(b)].slots.begin(), seqs[size_t(b)].slots.end(), b * max_len);
         }
+        // Greedy draws on the backend; only the ids come back, as in serving.
+        std::vector<SamplingParams> greedy(size_t(bs), SamplingParams{.temperature = 0});
+        Tensor ids = ops.empty(DType::I32, {bs});
+        auto step_ids = [&] {
+          ops.sample(runner.forward(seqs), greedy, ids);
+          return ops.to_host(ids);
+        };
         // A warm-up pass (allocations, plans, cuBLASLt heuristics) is not timed.
-        backend->to_host(model.forward(make_forward_batch(seqs), kv));
+        step_ids();
         auto t0 = std::chrono::steady_clock::now();
-        Tensor logits = backend->to_host(model.forward(make_forward_batch(seqs), kv));
+        Tensor next = step_ids();
         double prefill = seconds_since(t0);
         std::vector<double> steps;
         for (int step = 0; step < out_len; ++step) {
           for (int b = 0; b < bs; ++b) {
             auto& s = seqs[size_t(b)];
-            const float* row = logits.data<float>() + int64_t(b) * logits.stride(0);
-            int32_t next = int32_t(std::max_element(row, row + config.vocab_size) - row);
-            s.new_tokens = {next};
+            s.new_tokens = {next.data<int32_t>()[b]};
             s.slots.push_back(b * max_len + in_len + step);
           }
           auto ts = std::chrono::steady_clock::now();
-          logits = backend->to_host(model.forward(make_forward_batch(seqs), kv));
+          next = step_ids();
           steps.push_back(seconds_since(ts));
         }
         std::vector<double> sorted = steps;
         std::sort(sorted.begin(), sorted.end());
         double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
         double total = prefill + std::accumulate(steps.begin(), steps.end(), 0.0);
-        std::printf("%-6d %-6d %-6d %12.4f %14.1f %14.3f %14.1f %10.3f\n", bs, in_len, out_len, prefill,
-                    double(bs) * in_len / prefill, median * 1e3, median > 0 ? bs / median : 0.0, total);
+        double weight_bytes = decode_weight_bytes(config, bs, double(dtype_size(ops.activation_dtype())));
+        std::printf("%-6d %-6d %-6d %12.4f %14.1f %14.3f %14.1f %10.3f %12.3f\n", bs, in_len, out_len, prefill,
+                    double(bs) * in_len / prefill, median * 1e3, median > 0 ? bs / median : 0.0, total,
+                    weight_bytes / 1e9);
         if (!a.result_file.empty()) {
-          nlohmann::json j = {{"model", a.load.model}, {"device", a.device}, {"num_layers", config.num_hidden_layers},
+          nlohmann::json j = {{"model", a.load.model}, {"device", a.device},
+                              {"cuda_graph", !runner.decode_graph_sizes().empty()}, {"num_layers", config.num_hidden_layers},
                               {"batch_size", bs}, {"input_len", in_len}, {"output_len", out_len},
                               {"prefill_latency_s", prefill}, {"prefill_throughput", double(bs) * in_len / prefill},
                               {"median_decode_latency_s", median},
-                              {"median_decode_throughput", median > 0 ? bs / median : 0.0}, {"total_latency_s", total}};
+                              {"median_decode_throughput", median > 0 ? bs / median : 0.0}, {"total_latency_s", total},
+                              {"decode_weight_bytes", weight_bytes}};
           std::ofstream(a.result_file, std::ios::app) << j.dump() << "\n";
         }
       }
@@ -116,6 +149,7 @@ void register_bench_one_batch(CLI::App& app) {
   cmd->add_option("--input-len", a->input_lens, "One or more")->capture_default_str();
   cmd->add_option("--output-len", a->output_lens, "One or more")->capture_default_str();
   cmd->add_option("--num-layers", a->num_layers, "Cut the model to this many layers (dummy weights)");
+  cmd->add_flag("--disable-cuda-graph", a->disable_cuda_graph, "Time eager decode steps (no CUDA graphs)");
   cmd->add_option("--result-filename", a->result_file, "Append one JSON line per configuration");
   cmd->callback([a] { run(*a); });
 }

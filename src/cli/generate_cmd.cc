@@ -77,8 +77,10 @@ void run_generate(const GenerateArgs& a) {
   // Text is encoded as the chat-less API does it: BOS (when the tokenizer adds one) and the text.
   std::vector<int32_t> prompt = tokenizer ? tokenizer->encode(a.prompt, true) : parse_ids(a.input_ids, vocab);
   for (int32_t id : prompt) MLA_CHECK(id < vocab, "the tokenizer gave id {} outside the model's vocabulary ({})", id, vocab);
-  LoadedModel loaded = load_model(a.load);
-  auto backend = make_backend(a.device);
+  auto backend = make_backend(a.device);  // first: dummy weights are made on it
+  ModelLoadOptions load = a.load;
+  load.device = backend.get();
+  LoadedModel loaded = load_model(load);
   auto sampler = make_cpu_backend();  // draws on the host logits: the reference sampler
   DeepseekModel model(loaded.config, std::move(loaded.weights), *backend);
   const ModelConfig& c = model.config();

@@ -40,11 +40,12 @@ void run_serve(ServerArgs args) {
             "the tokenizer in {} has {} ids but the model's vocabulary has {}: they do not belong together",
             tokenizer_dir, tokenizer.vocab_size(), config.vocab_size);
 
-  LoadedModel loaded = load_model({args.model_path, args.load_format, args.dtype, args.random_seed, args.quantization});
   int64_t context = args.context_length > 0 ? args.context_length : config.max_position_embeddings;
   MLA_CHECK(context <= config.max_position_embeddings, "--context-length {} exceeds the model's {}", context,
             config.max_position_embeddings);
-  auto backend = make_backend(args.device);
+  auto backend = make_backend(args.device);  // first: dummy weights are made on it
+  LoadedModel loaded = load_model(
+      {args.model_path, args.load_format, args.dtype, args.random_seed, args.quantization, backend.get()});
   DType kv_dtype = kv_cache_dtype_for(args.kv_cache_dtype, backend->activation_dtype());
   KvPoolRequest pool;
   pool.max_total_tokens = args.max_total_tokens;
@@ -54,9 +55,12 @@ void run_serve(ServerArgs args) {
   pool.max_running_requests = args.max_running_requests;
   pool.context_length = context;
   pool.host_weight_bytes = loaded.weights.total_bytes;
+  std::vector<int> graph_sizes = args.decode_graph_batch_sizes();
+  pool.graph_max_bs = graph_sizes.empty() ? 0 : graph_sizes.back();
   ModelRunner runner(
       std::move(backend), loaded.config, std::move(loaded.weights),
       [&](Backend& b) { return kv_pool_tokens(b, loaded.config, kv_dtype, pool); }, kv_dtype);
+  if (!graph_sizes.empty()) runner.capture_decode_graphs(graph_sizes);
   int64_t slots = runner.num_slots();
   context = std::min(context, slots);  // a request longer than the pool could never run
 
@@ -82,8 +86,9 @@ void run_serve(ServerArgs args) {
   ctx.model_name = args.served_model_name.empty() ? args.model_path : args.served_model_name;
   ctx.context_length = context;
   spdlog::info("KV pool: {} tokens ({:.1f} MB), context {} tokens, radix cache {}, chunked prefill {}, overlap "
-               "schedule {}", slots, double(runner.kv_bytes()) / 1e6, context, sc.radix_cache ? "on" : "off",
-               sc.chunked_prefill_size, sc.overlap_schedule ? "on" : "off");
+               "schedule {}, CUDA graphs {}", slots, double(runner.kv_bytes()) / 1e6, context,
+               sc.radix_cache ? "on" : "off", sc.chunked_prefill_size, sc.overlap_schedule ? "on" : "off",
+               runner.decode_graph_sizes().empty() ? "off" : fmt::format("for batch sizes up to {}", runner.decode_graph_sizes().back()));
 
   scheduler.start();
   HttpServer server(ctx);

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-// The hash and uniform01 also run in device code (the CUDA sampler draws the same numbers).
+// These also run in device code (the CUDA sampler and dummy-weight fill draw the same numbers).
 #ifdef __CUDACC__
 #define MLASERVE_HOST_DEVICE __host__ __device__
 #else
@@ -30,10 +30,12 @@ MLASERVE_HOST_DEVICE inline double uniform01(uint64_t seed, uint64_t counter) {
   return double(hash64(seed, counter) >> 11) * 0x1.0p-53;
 }
 
-// Standard normal (Box-Muller on two counter draws).
-inline float normal01(uint64_t seed, uint64_t counter) {
+// Standard normal (Box-Muller on two counter draws). Double precision through the global
+// ::sqrt/::log/::cos, which both host libm and CUDA provide, so host and device agree up to an ulp
+// of those functions (rarely visible after the rounding to float).
+MLASERVE_HOST_DEVICE inline float normal01(uint64_t seed, uint64_t counter) {
   double u1 = uniform01(seed, 2 * counter) + 0x1.0p-54, u2 = uniform01(seed, 2 * counter + 1);
-  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  return float(::sqrt(-2.0 * ::log(u1)) * ::cos(6.283185307179586 * u2));
 }
 
 // Stable 64-bit hash of a string (FNV-1a), e.g. to give each named tensor its own stream.

@@ -1,5 +1,7 @@
 #include "config/server_args.h"
 
+#include <set>
+
 #include "common/error.h"
 #include "config/quantization_flags.h"
 
@@ -29,6 +31,12 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
                "Process each batch before launching the next (by default the next launches first)");
   cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto (fp32 on the CPU, bf16 on CUDA) | fp8_e4m3 (CPU)")
       ->capture_default_str();
+  cmd.add_flag("--disable-cuda-graph", a.disable_cuda_graph, "Run decode batches eagerly, without CUDA graphs");
+  cmd.add_option("--cuda-graph-max-bs", a.cuda_graph_max_bs,
+                 "Largest decode batch captured as a CUDA graph (0: min(128, --max-running-requests))")
+      ->capture_default_str();
+  cmd.add_option("--cuda-graph-bs", a.cuda_graph_bs, "Decode batch sizes to capture (default: 1 2 4 8 12 16 24 ...)")
+      ->expected(1, 1 << 16);
   cmd.add_option("--quantization", a.quantization, "fp8: linear weights to e4m3 in 128x128 blocks at load");
   cmd.add_option("--host", a.host)->capture_default_str();
   cmd.add_option("--port", a.port)->capture_default_str();
@@ -55,6 +63,26 @@ void ServerArgs::validate() const {
   MLA_CHECK(port > 0 && port < 65536, "--port {} is not a TCP port", port);
   MLA_CHECK(max_n >= 1, "--max-n must be at least 1");
   MLA_CHECK(context_length >= 0, "--context-length must not be negative");
+  MLA_CHECK(cuda_graph_max_bs >= 0, "--cuda-graph-max-bs must not be negative");
+  for (int bs : cuda_graph_bs) MLA_CHECK(bs >= 1, "--cuda-graph-bs {}: batch sizes must be positive", bs);
+  MLA_CHECK(device == "cuda" || (cuda_graph_bs.empty() && cuda_graph_max_bs == 0),
+            "--cuda-graph-bs and --cuda-graph-max-bs need --device cuda (the CPU backend has no graphs)");
+  MLA_CHECK(!disable_cuda_graph || (cuda_graph_bs.empty() && cuda_graph_max_bs == 0),
+            "--disable-cuda-graph contradicts --cuda-graph-bs / --cuda-graph-max-bs");
+}
+
+std::vector<int> ServerArgs::decode_graph_batch_sizes() const {
+  if (device != "cuda" || disable_cuda_graph) return {};
+  std::set<int> sizes(cuda_graph_bs.begin(), cuda_graph_bs.end());
+  if (sizes.empty()) {
+    // SGLang's default list: small sizes one by one, then steps of 8.
+    int max_bs = cuda_graph_max_bs > 0 ? cuda_graph_max_bs : int(std::min<int64_t>(128, max_running_requests));
+    for (int s : {1, 2, 4, 8, 12})
+      if (s <= max_bs) sizes.insert(s);
+    for (int s = 16; s <= max_bs; s += 8) sizes.insert(s);
+    sizes.insert(max_bs);
+  }
+  return {sizes.begin(), sizes.end()};
 }
 
 nlohmann::json ServerArgs::to_json() const {
@@ -65,7 +93,8 @@ nlohmann::json ServerArgs::to_json() const {
           {"max_running_requests", max_running_requests}, {"chunked_prefill_size", chunked_prefill_size},
           {"max_prefill_tokens", max_prefill_tokens}, {"schedule_policy", schedule_policy},
           {"disable_radix_cache", disable_radix_cache}, {"disable_overlap_schedule", disable_overlap_schedule},
-          {"kv_cache_dtype", kv_cache_dtype}, {"host", host},
+          {"kv_cache_dtype", kv_cache_dtype}, {"disable_cuda_graph", disable_cuda_graph},
+          {"cuda_graph_max_bs", cuda_graph_max_bs}, {"cuda_graph_bs", cuda_graph_bs}, {"host", host},
           {"port", port}, {"api_key_set", !api_key.empty()}, {"max_n", max_n}};
 }
 

@@ -33,6 +33,10 @@ struct ServerArgs {
   bool disable_radix_cache = false;
   bool disable_overlap_schedule = false;
   std::string kv_cache_dtype = "auto";
+  // CUDA graphs of decode (engine/decode_graphs.h)
+  bool disable_cuda_graph = false;
+  int cuda_graph_max_bs = 0;         // 0: min(128, --max-running-requests)
+  std::vector<int> cuda_graph_bs;    // explicit sizes (default: 1, 2, 4, 8, 12, 16, 24, ... up to the max)
   // Server
   std::string host = "127.0.0.1";
   int port = 30000;
@@ -42,6 +46,8 @@ struct ServerArgs {
 
   // Throws mlaserve::Error with the reason when a flag or combination cannot work.
   void validate() const;
+  // The decode batch sizes to capture as CUDA graphs (none on the CPU or with --disable-cuda-graph).
+  std::vector<int> decode_graph_batch_sizes() const;
   nlohmann::json to_json() const;
 };
 

@@ -91,6 +91,12 @@ int64_t kv_pool_tokens(Backend& backend, const ModelConfig& c, DType kv_dtype, c
     in.activation_bytes = forward_activation_bytes(c, tokens, tokens + r.context_length, r.max_running_requests,
                                                    int64_t(dtype_size(backend.activation_dtype())));
     in.workspace_bytes = uint64_t(256) << 20;  // cuBLASLt handles, split-KV partials, MoE tables
+    // Graphs keep their own pool: one decode forward of the largest captured batch, plus the index
+    // buffers every graph reads (up to two slot indices per pool token, bounded below).
+    if (r.graph_max_bs > 0)
+      in.graph_bytes = forward_activation_bytes(c, r.graph_max_bs, 0, r.graph_max_bs,
+                                                int64_t(dtype_size(backend.activation_dtype()))) +
+                       (uint64_t(64) << 20);
     in.mem_fraction_static = r.mem_fraction_static;
     in.max_total_tokens = r.max_total_tokens;
     in.page_size = r.page_size;

@@ -52,6 +52,7 @@ struct KvPoolRequest {
   int64_t max_running_requests = 256;
   int64_t context_length = 0;
   uint64_t host_weight_bytes = 0;  // as loaded on the host
+  int64_t graph_max_bs = 0;        // largest decode batch captured as a graph (0: no graphs)
 };
 
 // KV pool tokens for `backend` with the model's weights already on it: the memory plan on a

@@ -49,6 +49,13 @@ struct SamplingParams {
   uint64_t step = 0;   // index of the token being drawn
 };
 
+// One recorded sequence of a backend's ops (Backend::begin_capture), replayed as one launch.
+class BackendGraph {
+ public:
+  virtual ~BackendGraph() = default;
+  virtual void replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -72,6 +79,26 @@ class Backend {
   // Device memory for the memory plan: bytes free (blocks this backend caches count as free) and
   // in all. The CPU has no device memory of its own: false.
   virtual bool memory_info(uint64_t& free, uint64_t& total) { return false; }
+  // t[i] = mean + stddev * normal01(stream, i) over the flat index i of a contiguous F32, BF16 or
+  // F16 tensor of this backend (rounded to nearest even): the dummy weights, made where they are
+  // used. false: not done here (the CPU, whose host path is this very loop); t is left untouched.
+  virtual bool fill_normal(Tensor& t, uint64_t stream, float mean, float stddev) { return false; }
+
+  // Copies a host tensor into `dst`, a backend tensor of the same dtype and element count, in
+  // the order of this backend's work (the host tensor may be dropped right after the call).
+  virtual void copy_from_host(const Tensor& host, Tensor& dst);
+
+  // Graphs (CUDA graphs): the ops called between begin_capture and end_capture are recorded, not
+  // run, and the graph replays them with the same arguments, reading whatever the tensors they were
+  // given hold at replay time. Tensors allocated while capturing come from a pool kept for graphs,
+  // so they stay valid for every replay; graphs share that pool and must replay one at a time.
+  virtual bool supports_graphs() const { return false; }
+  virtual void begin_capture();
+  // The recorded graph; after a failed op, abort_capture() leaves capture mode and drops it.
+  virtual std::unique_ptr<BackendGraph> end_capture();
+  virtual void abort_capture() {}
+  // Device bytes held by the graph pool (for the memory plan's log).
+  virtual uint64_t graph_pool_bytes() const { return 0; }
 
   // Rank and world size of this backend's tensor-parallel group (1 GPU: 0 and 1).
   virtual int rank() const { return 0; }

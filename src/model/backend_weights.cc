@@ -1,16 +1,19 @@
 #include "model/backend_weights.h"
 
+#include <algorithm>
+
 #include "engine/forward_batch.h"
 
 namespace mlaserve {
 
 namespace {
 
+// Tensors already on the backend's device (dummy weights made there) are left as they are.
 void move(Tensor& t, Backend& b) {
-  if (t.defined()) t = b.to_backend(t);
+  if (t.defined() && t.device() != b.device()) t = b.to_backend(t);
 }
 void move(LinearWeight& w, Backend& b) {
-  if (w.weight.defined()) w = b.to_backend(w);
+  if (w.weight.defined() && w.weight.device() != b.device()) w = b.to_backend(w);
 }
 void move(GatedMlpWeights& m, Backend& b) {
   move(m.gate, b);
@@ -56,10 +59,25 @@ void move_weights_to_backend(ModelWeights& w, Backend& b) {
 
 ForwardBatch batch_to_backend(const ForwardBatch& batch, Backend& b) {
   if (b.device() == Device::CPU) return batch;
+  // One copy for all index arrays (each starts 16-byte aligned): per-array copies would each wait
+  // for the device.
   ForwardBatch d = batch;
-  for (Tensor* t : {&d.input_ids, &d.positions, &d.out_slots, &d.logit_rows, &d.attn.seq_lens, &d.attn.query_start,
-                    &d.attn.kv_start, &d.attn.kv_indices})
-    move(*t, b);
+  Tensor* parts[] = {&d.input_ids, &d.positions, &d.out_slots, &d.logit_rows, &d.attn.seq_lens,
+                     &d.attn.query_start, &d.attn.kv_start, &d.attn.kv_indices};
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (Tensor* t : parts) {
+    offsets.push_back(total);
+    total += (t->numel() + 3) / 4 * 4;
+  }
+  Tensor host = Tensor::empty(DType::I32, {std::max<int64_t>(total, 1)});
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    Tensor src = parts[i]->contiguous();
+    std::copy_n(src.data<int32_t>(), src.numel(), host.data<int32_t>() + offsets[i]);
+  }
+  Tensor dev = b.empty(DType::I32, host.shape());
+  b.copy_from_host(host, dev);
+  for (size_t i = 0; i < offsets.size(); ++i) *parts[i] = dev.narrow(0, offsets[i], parts[i]->numel());
   return d;
 }
 

@@ -30,7 +30,9 @@ DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& 
   softmax_scale_ = float(config_.softmax_scale());
   for (const LayerWeights& l : weights_.layers) {
     Tensor uk, uv;
-    split_kv_b(l.attn.kv_b_proj, config_.num_attention_heads, config_.qk_nope_head_dim, config_.v_head_dim, uk, uv);
+    LinearWeight kv_b = l.attn.kv_b_proj;
+    kv_b.weight = backend_.to_host(kv_b.weight);  // dummy weights may be made on the device
+    split_kv_b(kv_b, config_.num_attention_heads, config_.qk_nope_head_dim, config_.v_head_dim, uk, uv);
     w_uk_.push_back(backend_.to_backend(uk));
     w_uv_.push_back(backend_.to_backend(uv));
   }
@@ -38,8 +40,11 @@ DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& 
 }
 
 Tensor DeepseekModel::forward(const ForwardBatch& host_batch, KvPool& kv) {
+  return forward_on_backend(batch_to_backend(host_batch, backend_), kv);
+}
+
+Tensor DeepseekModel::forward_on_backend(ForwardBatch batch, KvPool& kv) {
   Backend& ops = backend_;
-  ForwardBatch batch = batch_to_backend(host_batch, ops);
   // Attention plans (split-KV schedules) are made by the first layer and reused by the others.
   batch.attn.batch_id = ++forward_count_;
   const ModelConfig& c = config_;

@@ -20,6 +20,9 @@ class DeepseekModel {
   // Runs the batch's new tokens (a host ForwardBatch), writes their latents into `kv`, and returns
   // the logits of the batch's logit_rows: [R, vocab] fp32, on the backend (Backend::to_host).
   Tensor forward(const ForwardBatch& batch, KvPool& kv);
+  // The same with the batch's index tensors already on the backend (what CUDA graphs capture:
+  // every launch reads them where they are, so a replay reads whatever they hold then).
+  Tensor forward_on_backend(ForwardBatch batch, KvPool& kv);
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/random.h"
+#include "kernels/ops.h"
 #include "weights/fp8_block_quant.h"
 #include "weights/weight_source.h"
 
@@ -15,7 +16,8 @@ namespace {
 
 class DummySource final : public WeightSource {
  public:
-  DummySource(const ModelConfig& c, uint64_t seed, DType dtype) : config_(c), seed_(seed), dtype_(dtype) {}
+  DummySource(const ModelConfig& c, uint64_t seed, DType dtype, Backend* device)
+      : config_(c), seed_(seed), dtype_(dtype), device_(device) {}
 
   bool has(const std::string&) const override { return true; }
 
@@ -29,6 +31,10 @@ class DummySource final : public WeightSource {
       case WeightRole::Bias: stddev = 0.1f; break;
       case WeightRole::Linear: case WeightRole::Dense: stddev = 1.0f / std::sqrt(float(shape.back())); break;
     }
+    DType dt = role == WeightRole::Bias ? DType::F32 : dtype_;
+    if (!fp8 && device_) {
+      if (Tensor t = on_device(shape, dt, stream, mean, stddev); t.defined()) return t;
+    }
     Tensor values = Tensor::empty(DType::F32, shape);
     float* v = values.data<float>();
     int64_t n = values.numel();
@@ -39,7 +45,6 @@ class DummySource final : public WeightSource {
       scales_[name] = q.scale_inv;
       return q.weight;
     }
-    DType dt = role == WeightRole::Bias ? DType::F32 : dtype_;
     if (dt == DType::F32) return values;
     Tensor out = Tensor::empty(dt, shape);
 #pragma omp parallel for if (n >= (int64_t(1) << 16))
@@ -55,6 +60,17 @@ class DummySource final : public WeightSource {
     return s;
   }
 
+  // The tensor made on the device in the dtype the backend's to_backend gives the host one (matrices
+  // in its activation dtype, vectors as they are). The host path rounds the fp32 draws to `dt` and
+  // to_backend rounds again; the device rounds once, so it is used only where one of those two is a
+  // no-op (an F16 matrix, rounded twice, stays on the host). Undefined: make it on the host.
+  Tensor on_device(const Shape& shape, DType dt, uint64_t stream, float mean, float stddev) {
+    DType dev = shape.size() >= 2 ? device_->activation_dtype() : dt;
+    if (dt != dev && dt != DType::F32) return {};
+    Tensor t = device_->empty(dev, shape);
+    return device_->fill_normal(t, stream, mean, stddev) ? t : Tensor{};
+  }
+
   void finish() override {}
   std::string describe() const override { return fmt::format("dummy weights (seed {})", seed_); }
 
@@ -62,13 +78,17 @@ class DummySource final : public WeightSource {
   const ModelConfig& config_;
   uint64_t seed_;
   DType dtype_;
+  Backend* device_;  // nullptr: host tensors only
   std::map<std::string, Tensor> scales_;
 };
 
 }  // namespace
 
-std::unique_ptr<WeightSource> make_dummy_source(const ModelConfig& config, uint64_t seed, DType dtype) {
-  return std::make_unique<DummySource>(config, seed, dtype);
+std::unique_ptr<WeightSource> make_dummy_source(const ModelConfig& config, uint64_t seed, DType dtype,
+                                                Backend* device) {
+  // A backend that keeps host tensors (the CPU) gains nothing from filling them itself.
+  if (device && device->device() == Device::CPU) device = nullptr;
+  return std::make_unique<DummySource>(config, seed, dtype, device);
 }
 
 }  // namespace mlaserve

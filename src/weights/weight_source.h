@@ -12,6 +12,8 @@
 
 namespace mlaserve {
 
+class Backend;
+
 enum class WeightRole : uint8_t {
   Norm,        // RMSNorm gain
   Embedding,   // token table
@@ -39,7 +41,10 @@ class WeightSource {
 
 std::unique_ptr<WeightSource> open_checkpoint_source(const std::string& dir);
 // dtype: what unquantized weights are stored in; FP8 linears when config.quantization is set.
-std::unique_ptr<WeightSource> make_dummy_source(const ModelConfig& config, uint64_t seed, DType dtype);
+// device (optional): a backend that fills tensors in place (Backend::fill_normal) gets them made
+// there, in the dtype its to_backend would give, with the same values; FP8 linears stay on the host.
+std::unique_ptr<WeightSource> make_dummy_source(const ModelConfig& config, uint64_t seed, DType dtype,
+                                                Backend* device = nullptr);
 // --quantization fp8: `inner`'s Linear-role weights that are not FP8 yet come out as e4m3 with
 // block_n x block_k scales (quantize_fp8_blocks), as in DeepSeek-V3's FP8 checkpoints; every
 // other tensor, and weights already in FP8, pass through.

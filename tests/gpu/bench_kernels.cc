@@ -31,21 +31,25 @@ Tensor random_bf16(Shape shape, uint64_t seed, float std = 1.0f) {
 }
 
 // Median milliseconds of `fn` (given the repeat index) over `reps` timed runs.
+// Median time of one call. Short calls run several times between the events (each with its own
+// index, so rotating inputs stay out of L2), or the time from the event to the launch would count.
 double time_ms(const std::function<void(int)>& fn, int reps = 50, int warmup = 5) {
   for (int i = 0; i < warmup; ++i) fn(i);
   cudaEvent_t a, b;
   CUDA_CHECK(cudaEventCreate(&a));
   CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
+  auto run = [&](int first, int n) {
     CUDA_CHECK(cudaEventRecord(a, g_gpu->stream()));
-    fn(i);
+    for (int j = 0; j < n; ++j) fn(first + j);
     CUDA_CHECK(cudaEventRecord(b, g_gpu->stream()));
     CUDA_CHECK(cudaEventSynchronize(b));
     float t;
     CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
+    return double(t) / n;
+  };
+  int inner = std::clamp(int(0.2 / std::max(run(warmup, 1), 1e-4)), 1, 20);  // ~0.2 ms per sample
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) ms.push_back(run(i * inner, inner));
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());

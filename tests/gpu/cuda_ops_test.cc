@@ -149,7 +149,7 @@ TEST_F(CudaOps, LinearOverDeepSeekShapes) {
   std::vector<Shape3> shapes = {{1536, 7168}, {24576, 1536}, {576, 7168}, {32768, 512}, {7168, 16384},
                                 {3072, 2048},  {1408, 2048},   {1000, 136}};
   for (auto [N, K] : shapes) {
-    for (int64_t T : {1, 7, 64}) {
+    for (int64_t T : {1, 7, 8, 9, 64}) {  // <= 8: the skinny kernel (split-K for narrow N); else cuBLASLt
       Tensor x = random_f32({T, K}, seed + N + T), w = random_f32({N, K}, seed + K, 1.0f / std::sqrt(float(K)));
       Tensor want = Tensor::empty(DType::F32, {T, N});
       cpu->linear(x, LinearWeight{w, {}}, want);
@@ -159,12 +159,14 @@ TEST_F(CudaOps, LinearOverDeepSeekShapes) {
     }
   }
   // fp32 output (router logits) and a strided input (a narrow() of the latent).
-  Tensor lat = random_f32({9, 576}, seed), w = random_f32({256, 512}, seed + 1, 0.05f);
-  Tensor want = Tensor::empty(DType::F32, {9, 256});
-  cpu->linear(lat.narrow(1, 0, 512), LinearWeight{w, {}}, want);
-  Tensor out = poisoned(gpu, DType::F32, {9, 256});
-  gpu.linear(dev_bf16(lat).narrow(1, 0, 512), LinearWeight{dev_bf16(w), {}}, out);
-  EXPECT_LE(rel_l2(gpu.to_host(out), want), 1e-4);
+  for (int64_t T : {5, 9}) {  // the skinny kernel (split-K) and cuBLASLt
+    Tensor lat = random_f32({T, 576}, seed), w = random_f32({256, 512}, seed + 1, 0.05f);
+    Tensor want = Tensor::empty(DType::F32, {T, 256});
+    cpu->linear(lat.narrow(1, 0, 512), LinearWeight{w, {}}, want);
+    Tensor out = poisoned(gpu, DType::F32, {T, 256});
+    gpu.linear(dev_bf16(lat).narrow(1, 0, 512), LinearWeight{dev_bf16(w), {}}, out);
+    EXPECT_LE(rel_l2(gpu.to_host(out), want), 1e-4) << "T=" << T;
+  }
 }
 
 }  // namespace

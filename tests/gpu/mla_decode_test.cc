@@ -1,13 +1,17 @@
 // CUDA mla_decode (absorbed MLA over the paged latent cache) against the CPU reference, on fresh
 // random inputs: DeepSeek head counts (16 = V3 TP8 shard / V2-Lite, 128 = V3), one or several queries
 // per sequence, odd lengths, scattered cache slots, contexts long enough to be split across blocks,
-// both row tilings, plan reuse by batch_id and replay inside a CUDA graph with new lengths.
+// both row tilings, plan reuse by batch_id and replay inside a CUDA graph with new lengths. The
+// plan kernel alone against a host port of the serial plan, byte for byte, on large batches too.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
+#include <vector>
 
 #include "gpu_test_util.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mla_decode.h"
 
 namespace mlaserve {
@@ -154,6 +158,207 @@ TEST_F(MlaDecode, GraphReplayWithNewLengths) {
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+
+// ---- the plan kernel against the serial plan --------------------------------------------------
+
+// What the plan kernel writes: jobs [num_jobs, 8], ctas [num_ctas, 4], num_jobs.
+struct PlanOut {
+  std::vector<int32_t> jobs, ctas;
+  int32_t num_jobs = 0;
+};
+
+// The plan as one serial loop computes it (the first plan kernel, ported to the host): jobs of
+// 16 * m_tiles rows in seq then row order (none from index max_jobs on), the concatenation of
+// their 64-key tiles cut evenly between P = min(tiles, num_ctas) CTAs.
+PlanOut plan_reference(const std::vector<int32_t>& seq_lens, const std::vector<int32_t>& query_start, int H,
+                       int m_tiles, int max_jobs, int num_ctas) {
+  PlanOut out;
+  const int M = 16 * m_tiles;
+  std::vector<int32_t>& jobs = out.jobs;
+  int nj = 0;
+  int64_t total = 0;
+  for (int q = 0; q < int(seq_lens.size()); ++q) {
+    int n = query_start[q + 1] - query_start[q], len = seq_lens[q], rows = n * H;
+    for (int r0 = 0; r0 < rows && nj < max_jobs; r0 += M) {
+      int nr = std::min(M, rows - r0), keys = std::max(len - n + (r0 + nr - 1) / H + 1, 1);
+      int tiles = (keys + cuda::kMlaBlockKeys - 1) / cuda::kMlaBlockKeys;
+      jobs.insert(jobs.end(), {q, r0, nr, tiles, keys, 0, 0, 0});
+      ++nj;
+      total += tiles;
+    }
+  }
+  out.num_jobs = nj;
+  auto cta_of = [&](int64_t g, int P) { return int(((g + 1) * P - 1) / total); };
+  const int P = int(std::min<int64_t>(total, num_ctas));
+  out.ctas.assign(size_t(std::max(num_ctas, 0)) * 4, 0);
+  int j = 0;
+  int64_t before = 0;
+  for (int c = 0; c < P; ++c) {
+    int64_t g0 = c * total / P, g1 = (c + 1) * total / P;
+    while (j < nj && before + jobs[j * 8 + 3] <= g0) before += jobs[j++ * 8 + 3];
+    int32_t* e = &out.ctas[size_t(c) * 4];
+    e[0] = j, e[1] = int(g0 - before), e[2] = int(g1 - g0);
+  }
+  int offset = 0;
+  before = 0;
+  for (j = 0; j < nj; ++j) {
+    int32_t* job = &jobs[size_t(j) * 8];
+    int first = cta_of(before, P), last = cta_of(before + job[3] - 1, P);
+    job[5] = first, job[6] = last - first + 1, job[7] = offset;
+    offset += last - first + 1;
+    before += job[3];
+  }
+  return out;
+}
+
+// A cudaMalloc'd buffer of n int32.
+struct DevInts {
+  int32_t* p = nullptr;
+  size_t n = 0;
+  explicit DevInts(size_t count) : n(count) { CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * 4)); }
+  ~DevInts() { cudaFree(p); }
+  DevInts(const DevInts&) = delete;
+  DevInts& operator=(const DevInts&) = delete;
+};
+
+// Jobs of a batch as MlaDecodePlan::plan sizes them: ceil(T * H / rows) + num_seqs.
+int64_t plan_max_jobs(const std::vector<int32_t>& query_start, int H, int m_tiles) {
+  int64_t rows = 16 * m_tiles, T = query_start.back();
+  return (T * H + rows - 1) / rows + int64_t(query_start.size()) - 1;
+}
+
+// Runs the plan kernel on device copies of the batch (outputs poisoned first) and compares all it
+// writes with plan_reference; `max_jobs` < 0 sizes the jobs as the backend does. Returns the jobs.
+int check_plan(const std::vector<int32_t>& seq_lens, const std::vector<int32_t>& query_start, int H, int m_tiles,
+               int num_ctas, int64_t max_jobs = -1) {
+  const int S = int(seq_lens.size());
+  const int64_t cap = plan_max_jobs(query_start, H, m_tiles);
+  if (max_jobs < 0) max_jobs = cap;
+  SCOPED_TRACE(testing::Message() << "seqs=" << S << " T=" << query_start.back() << " H=" << H
+                                  << " m_tiles=" << m_tiles << " num_ctas=" << num_ctas << " max_jobs=" << max_jobs);
+  DevInts lens(S), qs(S + 1), jobs(size_t(std::max<int64_t>(cap, max_jobs)) * 8), ctas(size_t(num_ctas) * 4),
+      nj(1);
+  CUDA_CHECK(cudaMemcpy(lens.p, seq_lens.data(), S * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(qs.p, query_start.data(), (S + 1) * 4, cudaMemcpyHostToDevice));
+  for (DevInts* b : {&jobs, &ctas, &nj}) CUDA_CHECK(cudaMemset(b->p, 0xff, b->n * 4));
+  cuda::MlaDecodeParams p{};
+  p.seq_lens = lens.p, p.query_start = qs.p, p.num_seqs = S, p.num_heads = H;
+  cuda::MlaDecodeSchedule s{};
+  s.jobs = jobs.p, s.ctas = ctas.p, s.num_jobs = nj.p;
+  s.max_jobs = int(max_jobs), s.num_ctas = num_ctas, s.m_tiles = m_tiles;
+  cuda::launch_mla_decode_plan(p, s, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+
+  PlanOut want = plan_reference(seq_lens, query_start, H, m_tiles, int(max_jobs), num_ctas);
+  PlanOut got;
+  CUDA_CHECK(cudaMemcpy(&got.num_jobs, nj.p, 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got.num_jobs, want.num_jobs);
+  got.jobs.resize(jobs.n);
+  got.ctas.resize(ctas.n);
+  CUDA_CHECK(cudaMemcpy(got.jobs.data(), jobs.p, jobs.n * 4, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(got.ctas.data(), ctas.p, ctas.n * 4, cudaMemcpyDeviceToHost));
+  // Jobs: the first num_jobs as the reference, the rest untouched.
+  const size_t nw = want.jobs.size();
+  for (size_t i = 0; i < got.jobs.size(); ++i) {
+    int32_t w = i < nw ? want.jobs[i] : -1;
+    if (got.jobs[i] != w) {
+      ADD_FAILURE() << "job " << i / 8 << " field " << i % 8 << ": got " << got.jobs[i] << ", want " << w
+                    << (i < nw ? "" : " (past num_jobs: not written)");
+      break;
+    }
+  }
+  for (size_t i = 0; i < got.ctas.size(); ++i) {
+    if (got.ctas[i] != want.ctas[i]) {
+      ADD_FAILURE() << "cta " << i / 4 << " field " << i % 4 << ": got " << got.ctas[i] << ", want " << want.ctas[i];
+      break;
+    }
+  }
+  return want.num_jobs;
+}
+
+// A random batch: `S` seqs of min_q..max_q queries, lengths 1..40000 (a quarter of them short).
+void random_batch(std::mt19937_64& rng, int S, int min_q, int max_q, std::vector<int32_t>& seq_lens,
+                  std::vector<int32_t>& query_start) {
+  seq_lens.resize(S);
+  query_start.assign(S + 1, 0);
+  for (int i = 0; i < S; ++i) {
+    int n = std::uniform_int_distribution<int>(min_q, max_q)(rng);
+    query_start[i + 1] = query_start[i] + n;
+    bool is_short = std::uniform_int_distribution<int>(0, 3)(rng) == 0;
+    seq_lens[i] = std::uniform_int_distribution<int>(1, is_short ? 130 : 40000)(rng);
+  }
+}
+
+TEST_F(MlaDecode, PlanMatchesSerialPlan) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> lens, qs;
+  for (int S : {1, 3, 64, 200, 1500, 3000})
+    for (int H : {16, 128})
+      for (int mt : {1, 4}) {
+        random_batch(rng, S, 1, 4, lens, qs);
+        check_plan(lens, qs, H, mt, 132);
+        random_batch(rng, S, 1, 1, lens, qs);  // plain decode
+        check_plan(lens, qs, H, mt, 132);
+      }
+  // One seq of many queries (a chunk of extend in absorbed form): hundreds of jobs in one seq.
+  for (int H : {16, 128})
+    for (int mt : {1, 4}) {
+      random_batch(rng, 1, 300, 300, lens, qs);
+      check_plan(lens, qs, H, mt, 132);
+      lens[0] = 300;  // the first query sees one key
+      check_plan(lens, qs, H, mt, 132);
+      random_batch(rng, 5, 1, 4, lens, qs);  // and among others
+      qs.insert(qs.begin() + 3, qs[2]);
+      for (size_t i = 3; i < qs.size(); ++i) qs[i] += 300;
+      lens.insert(lens.begin() + 2, 20000);
+      check_plan(lens, qs, H, mt, 132);
+    }
+}
+
+TEST_F(MlaDecode, PlanEdgeShapes) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> lens, qs;
+  for (int H : {16, 128})
+    for (int mt : {1, 4}) {
+      // Fewer tiles than CTAs (P = tiles), one CTA, more CTAs than threads, one key.
+      random_batch(rng, 3, 1, 1, lens, qs);
+      for (int32_t& l : lens) l = 1 + l % 100;
+      for (int ctas : {132, 1, 7, 2000}) check_plan(lens, qs, H, mt, ctas);
+      check_plan({1}, {0, 1}, H, mt, 132);
+      for (int S : {200, 3000}) {
+        random_batch(rng, S, 1, 4, lens, qs);
+        for (int ctas : {1, 7, 2000}) check_plan(lens, qs, H, mt, ctas);
+      }
+      // Seqs without queries have no jobs.
+      for (int S : {400, 2500}) {
+        random_batch(rng, S, 0, 2, lens, qs);
+        check_plan(lens, qs, H, mt, 132);
+      }
+      random_batch(rng, 300, 0, 0, lens, qs);
+      check_plan(lens, qs, H, mt, 132);
+      // Billions of keys: tile counts past 32-bit products with the CTA count.
+      for (int S : {4, 600}) {
+        random_batch(rng, S, 1, 2, lens, qs);
+        for (int32_t& l : lens) l = 1000000000 + l * 25000;
+        check_plan(lens, qs, H, mt, 132);
+      }
+    }
+}
+
+TEST_F(MlaDecode, PlanStopsAtMaxJobs) {
+  // The host sizes max_jobs so that this does not happen; if it did, the jobs from index max_jobs
+  // on are dropped and the tiles of the kept ones are shared out.
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> lens, qs;
+  for (int S : {3, 200, 3000})
+    for (int mt : {1, 4}) {
+      random_batch(rng, S, 1, 4, lens, qs);
+      int need = check_plan(lens, qs, 128, mt, 132);
+      for (int64_t max_jobs : {0, 1, need / 3, need - 1, need})
+        check_plan(lens, qs, 128, mt, 132, max_jobs);
+    }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm_runner.h"
+#include "kernels/cuda/skinny_gemm.h"
 
 namespace mlaserve {
 namespace cuda {
@@ -28,10 +29,20 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<GemmRunner>();
   allocator_ = std::make_shared<DeviceAllocator>();
+  CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaMalloc(&skinny_counters_, size_t(2 * num_sms_) * sizeof(int)));
+  CUDA_CHECK(cudaMemset(skinny_counters_, 0, size_t(2 * num_sms_) * sizeof(int)));
 }
 
 CudaBackend::~CudaBackend() {
   gemm_.reset();
+  if (staging_) {
+    cudaEventSynchronize(staging_free_);
+    cudaFreeHost(staging_);
+  }
+  cudaEventDestroy(staging_free_);
+  cudaFree(skinny_counters_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -134,8 +145,22 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, Tensor& out) {
   MLA_CHECK(w.in_features() == K && out.size(0) == T && out.size(1) == N, "linear: x {} · W {} -> out {}",
             x.describe(), w.weight.describe(), out.describe());
   if (T == 0) return;
-  gemm_->bf16_nt(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), out.raw(), out.stride(0),
-                 out.dtype() == DType::F32, T, N, K, stream_);
+  bool out_f32 = out.dtype() == DType::F32;
+  if (skinny_gemm_fits(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), T, K)) {
+    SkinnySplit split;
+    split.splits = skinny_gemm_splits(N, K, num_sms_);
+    Tensor partials;  // lives until the launch is queued: the allocator reuses blocks in stream order
+    if (split.splits > 1) {
+      partials = empty(DType::F32, {int64_t(skinny_gemm_partial_floats(N, split.splits))});
+      split.partials = partials.data<float>();
+      split.counters = skinny_counters_;
+    }
+    launch_skinny_gemm(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), out.raw(), out.stride(0), out_f32, T,
+                       N, K, split, stream_);
+  } else {
+    gemm_->bf16_nt(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), out.raw(), out.stride(0), out_f32, T, N,
+                   K, stream_);
+  }
 }
 
 void CudaBackend::silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) {

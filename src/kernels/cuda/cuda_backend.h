@@ -36,7 +36,15 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   void synchronize() override;
   bool memory_info(uint64_t& free, uint64_t& total) override;
+  bool fill_normal(Tensor& t, uint64_t stream, float mean, float stddev) override;  // cuda_backend_fill.cc
   void bind_thread() override { CUDA_CHECK(cudaSetDevice(device_)); }
+
+  void copy_from_host(const Tensor& host, Tensor& dst) override;  // cuda_backend_graphs.cc
+  bool supports_graphs() const override { return true; }
+  void begin_capture() override;
+  std::unique_ptr<BackendGraph> end_capture() override;
+  void abort_capture() override;
+  uint64_t graph_pool_bytes() const override;
 
   // Host <-> device copies of whole tensors, dtype kept.
   Tensor to_device(const Tensor& host);
@@ -78,6 +86,12 @@ class CudaBackend final : public Backend {
   // Split-KV schedule of mla_decode, made once per batch (md.batch_id) and reused by every layer.
   std::shared_ptr<MlaDecodePlan> mla_decode_plan_;
   std::shared_ptr<MlaAbsorbRunner> absorb_;  // made on first use (cuda_backend_mla_absorb.cc)
+  int num_sms_ = 0;
+  int* skinny_counters_ = nullptr;  // split-K arrival counters of the skinny GEMM, [2 * num_sms_], zero
+  // Pinned staging of copy_from_host, reused once the event says its last copy is done.
+  void* staging_ = nullptr;
+  size_t staging_bytes_ = 0;
+  cudaEvent_t staging_free_ = nullptr;
 };
 
 }  // namespace mlaserve::cuda

@@ -27,20 +27,15 @@ MlaDecodePlan::MlaDecodePlan(int device) {
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
 }
 
-MlaDecodePlan::~MlaDecodePlan() {
-  if (plan_buf_) cudaFree(plan_buf_);
-  if (partial_buf_) cudaFree(partial_buf_);
-}
+MlaDecodePlan::~MlaDecodePlan() = default;
 
 void MlaDecodePlan::reserve(int64_t max_jobs, int64_t partial_rows) {
   if (max_jobs > cap_jobs_) {
-    if (plan_buf_) CUDA_CHECK(cudaFree(plan_buf_));
-    CUDA_CHECK(cudaMalloc(&plan_buf_, size_t(max_jobs * 8 + num_sms_ * 4 + 4) * sizeof(int32_t)));
+    plan_buf_.ensure(size_t(max_jobs * 8 + num_sms_ * 4 + 4) * sizeof(int32_t));
     cap_jobs_ = max_jobs;
   }
   if (partial_rows > cap_partial_rows_) {
-    if (partial_buf_) CUDA_CHECK(cudaFree(partial_buf_));
-    CUDA_CHECK(cudaMalloc(&partial_buf_, size_t(partial_rows) * (kMlaLatentDim + 1) * sizeof(float)));
+    partial_buf_.ensure(size_t(partial_rows) * (kMlaLatentDim + 1) * sizeof(float));
     cap_partial_rows_ = partial_rows;
   }
 }
@@ -56,11 +51,11 @@ void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, 
   // cut between CTAs leaves one partial per CTA it touches: at most jobs + CTAs - 1.
   int64_t max_jobs = (T * H + rows - 1) / rows + S;
   reserve(max_jobs, (max_jobs + num_sms_) * rows);
-  sched_.jobs = plan_buf_;
-  sched_.ctas = plan_buf_ + cap_jobs_ * 8;
+  sched_.jobs = static_cast<int32_t*>(plan_buf_.get());
+  sched_.ctas = sched_.jobs + cap_jobs_ * 8;
   sched_.num_jobs = sched_.ctas + num_sms_ * 4;
-  sched_.partial_o = partial_buf_;
-  sched_.partial_lse = partial_buf_ + cap_partial_rows_ * kMlaLatentDim;
+  sched_.partial_o = static_cast<float*>(partial_buf_.get());
+  sched_.partial_lse = sched_.partial_o + cap_partial_rows_ * kMlaLatentDim;
   sched_.max_jobs = int(max_jobs);
   sched_.num_ctas = num_sms_;  // one persistent CTA per SM (the kernel takes most of its shared memory)
   sched_.m_tiles = mt;

@@ -17,52 +17,71 @@ size_t rounded(size_t bytes) {
 
 }  // namespace
 
+DeviceAllocator::DeviceAllocator() = default;
+
 std::shared_ptr<void> DeviceAllocator::allocate(size_t bytes) {
   size_t size = rounded(bytes);
   void* p = nullptr;
+  Pool* pool = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(size);
-    if (it != free_.end()) {
+    pool = graph_mode_ ? &graph_ : &general_;
+    auto it = pool->free.find(size);
+    if (it != pool->free.end()) {
       p = it->second;
-      free_.erase(it);
-      cached_ -= size;
+      pool->free.erase(it);
+      pool->cached -= size;
     }
   }
   if (!p) {
+    // cudaMalloc is not a stream operation: it is allowed while a graph is captured.
     if (cudaMalloc(&p, size) != cudaSuccess) {
       cudaGetLastError();  // clear the error, return what is cached, and try once more
       release_cached();
       CUDA_CHECK(cudaMalloc(&p, size));
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    pool->total += size;
   }
   std::weak_ptr<DeviceAllocator> owner = weak_from_this();
-  return std::shared_ptr<void>(p, [owner, size](void* q) {
-    if (auto a = owner.lock()) a->give_back(q, size);
+  return std::shared_ptr<void>(p, [owner, pool, size](void* q) {
+    if (auto a = owner.lock()) a->give_back(*pool, q, size);
     else cudaFree(q);
   });
 }
 
-void DeviceAllocator::give_back(void* p, size_t bytes) {
+void DeviceAllocator::use_graph_pool(bool on) {
   std::lock_guard<std::mutex> lock(mu_);
-  free_.emplace(bytes, p);
-  cached_ += bytes;
+  graph_mode_ = on;
+}
+
+void DeviceAllocator::give_back(Pool& pool, void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pool.free.emplace(bytes, p);
+  pool.cached += bytes;
 }
 
 void DeviceAllocator::release_cached() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [size, p] : free_) cudaFree(p);
-  free_.clear();
-  cached_ = 0;
+  for (auto& [size, p] : general_.free) cudaFree(p);
+  general_.total -= general_.cached;
+  general_.free.clear();
+  general_.cached = 0;
 }
 
 size_t DeviceAllocator::cached_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return cached_;
+  return general_.cached;
+}
+
+size_t DeviceAllocator::graph_pool_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return graph_.total;
 }
 
 DeviceAllocator::~DeviceAllocator() {
-  for (auto& [size, p] : free_) cudaFree(p);
+  for (Pool* pool : {&general_, &graph_})
+    for (auto& [size, p] : pool->free) cudaFree(p);
 }
 
 }  // namespace mlaserve::cuda

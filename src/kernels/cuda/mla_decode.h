@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/growing_buffer.h"
+
 namespace mlaserve::cuda {
 
 constexpr int kMlaLatentDim = 512;  // c_kv: the value part of a cache row
@@ -52,8 +54,8 @@ void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s,
 // Dynamic shared memory of the attention kernel for `m_tiles` (1 or 4).
 size_t mla_decode_smem_bytes(int m_tiles);
 
-// The persistent plan buffers of one backend, sized for the largest batch seen (they only grow:
-// plan the largest batch before capturing graphs, since growing reallocates).
+// The persistent plan buffers of one backend, sized for the largest batch seen (they only grow,
+// and graphs captured before a growth keep the buffers they saw).
 class MlaDecodePlan {
  public:
   explicit MlaDecodePlan(int device);
@@ -75,8 +77,8 @@ class MlaDecodePlan {
 
   int num_sms_ = 0;
   MlaDecodeSchedule sched_{};
-  int32_t* plan_buf_ = nullptr;  // jobs, ctas and num_jobs in one allocation
-  float* partial_buf_ = nullptr;
+  GrowingBuffer plan_buf_;  // jobs, ctas and num_jobs in one allocation
+  GrowingBuffer partial_buf_;
   int64_t cap_jobs_ = 0, cap_partial_rows_ = 0;
   // What the last plan was made for.
   int64_t batch_id_ = 0, tokens_ = -1, seqs_ = -1, heads_ = -1;

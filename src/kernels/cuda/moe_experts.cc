@@ -6,28 +6,11 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm_runner.h"
+#include "kernels/cuda/growing_buffer.h"
 
 namespace mlaserve::cuda {
 
 namespace {
-
-// A device buffer that only grows (growing frees the old one, which synchronizes the device).
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  void* ensure(size_t n) {
-    if (n > bytes) {
-      if (ptr) CUDA_CHECK(cudaFree(ptr));
-      ptr = nullptr;
-      CUDA_CHECK(cudaMalloc(&ptr, n));
-      bytes = n;
-    }
-    return ptr;
-  }
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
-  }
-};
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -37,12 +20,12 @@ struct MoeRunner::State {
   // One layer's pointer table: host copy (to recognise the list) and device copy [gate | up | down].
   struct Table {
     std::vector<const void*> host;
-    DeviceBuffer dev;
+    GrowingBuffer dev;
     bool aligned = true;
     int32_t H = 0, I = 0;
   };
   std::map<const void*, Table> tables;
-  DeviceBuffer act, y, xs, gu, offsets, sorted, pos;
+  GrowingBuffer act, y, xs, gu, offsets, sorted, pos;
   int32_t* host_offsets = nullptr;  // pinned [kMaxExperts + 1]
   std::vector<cudaStream_t> streams;
   std::vector<cudaEvent_t> done;
@@ -75,7 +58,7 @@ struct MoeRunner::State {
       for (const void* p : t.host) t.aligned = t.aligned && aligned16(p);
       t.dev.ensure(t.host.size() * sizeof(void*));
       // t.host outlives the copy: it stays in the map until the next rebuild of this key.
-      CUDA_CHECK(cudaMemcpyAsync(t.dev.ptr, t.host.data(), t.host.size() * sizeof(void*), cudaMemcpyHostToDevice,
+      CUDA_CHECK(cudaMemcpyAsync(t.dev.get(), t.host.data(), t.host.size() * sizeof(void*), cudaMemcpyHostToDevice,
                                  stream));
     }
     return t;
@@ -114,9 +97,17 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
   tb.H = H;
   tb.I = I;
   if (T == 0) return;
-  auto dptr = static_cast<const void* const*>(tb.dev.ptr);
-  bool decode = P <= decode_max_pairs && P <= kMoeDecodeMaxPairs && E <= 256 && H % 8 == 0 && I % 8 == 0 &&
-                x_ld % 8 == 0 && aligned16(x) && tb.aligned;
+  auto dptr = static_cast<const void* const*>(tb.dev.get());
+  // The sorted path needs the per-expert counts on the host, which a CUDA graph cannot wait for:
+  // while capturing, the decode kernels take every batch they can.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  bool capturing = capture != cudaStreamCaptureStatusNone;
+  bool decode = (capturing || P <= decode_max_pairs) && P <= kMoeDecodeMaxPairs && E <= 256 && H % 8 == 0 &&
+                I % 8 == 0 && x_ld % 8 == 0 && aligned16(x) && tb.aligned;
+  MLA_CHECK(decode || !capturing,
+            "moe_experts: {} token-expert pairs cannot run inside a CUDA graph (the graph kernels take at most {}, "
+            "with 16-byte aligned rows)", P, kMoeDecodeMaxPairs);
   if (decode) {
     MoeDecodeParams p{x, x_ld, ids, dptr, dptr + E, dptr + 2 * E,
                       st_->act.ensure(size_t(P) * I * 2), static_cast<float*>(st_->y.ensure(size_t(P) * H * 4)),

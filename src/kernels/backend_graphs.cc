@@ -1,0 +1,20 @@
+// The defaults of Backend's graph and copy members, for backends without graphs (the CPU).
+#include <cstring>
+
+#include "common/error.h"
+#include "kernels/ops.h"
+
+namespace mlaserve {
+
+void Backend::copy_from_host(const Tensor& host, Tensor& dst) {
+  MLA_CHECK(host.dtype() == dst.dtype() && host.numel() == dst.numel() && dst.is_contiguous(),
+            "copy_from_host: {} into {}", host.describe(), dst.describe());
+  Tensor src = host.contiguous();
+  std::memcpy(dst.raw(), src.raw(), src.nbytes());
+}
+
+void Backend::begin_capture() { fail("the {} backend has no graphs", name()); }
+
+std::unique_ptr<BackendGraph> Backend::end_capture() { fail("the {} backend has no graphs", name()); }
+
+}  // namespace mlaserve

@@ -1,0 +1,82 @@
+// CudaBackend's CUDA graphs and host-to-device copies into existing tensors.
+#include <cstring>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_allocator.h"
+
+namespace mlaserve::cuda {
+
+namespace {
+
+class CudaGraph final : public BackendGraph {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  void replay() override { CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+void CudaBackend::copy_from_host(const Tensor& host, Tensor& dst) {
+  MLA_CHECK(host.device() == Device::CPU && dst.device() == Device::CUDA && host.dtype() == dst.dtype() &&
+                host.numel() == dst.numel() && dst.is_contiguous(),
+            "copy_from_host: {} into {}", host.describe(), dst.describe());
+  Tensor src = host.contiguous();
+  size_t n = src.nbytes();
+  if (n == 0) return;
+  // Through a pinned buffer, so the copy is asynchronous: wait only until the last copy out of it
+  // has been done before overwriting it.
+  if (n > staging_bytes_) {
+    if (staging_) {
+      CUDA_CHECK(cudaEventSynchronize(staging_free_));
+      CUDA_CHECK(cudaFreeHost(staging_));
+    }
+    staging_bytes_ = std::max(n, staging_bytes_ * 2);
+    CUDA_CHECK(cudaMallocHost(&staging_, staging_bytes_));
+  } else {
+    CUDA_CHECK(cudaEventSynchronize(staging_free_));
+  }
+  std::memcpy(staging_, src.raw(), n);
+  CUDA_CHECK(cudaMemcpyAsync(dst.raw(), staging_, n, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaEventRecord(staging_free_, stream_));
+}
+
+void CudaBackend::begin_capture() {
+  allocator_->use_graph_pool(true);
+  // Relaxed: the allocator may cudaMalloc new blocks for the graph pool while capturing.
+  cudaError_t err = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
+  if (err != cudaSuccess) allocator_->use_graph_pool(false);
+  CUDA_CHECK(err);
+}
+
+std::unique_ptr<BackendGraph> CudaBackend::end_capture() {
+  cudaGraph_t graph = nullptr;
+  cudaError_t err = cudaStreamEndCapture(stream_, &graph);
+  allocator_->use_graph_pool(false);
+  CUDA_CHECK(err);
+  cudaGraphExec_t exec = nullptr;
+  err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  CUDA_CHECK(err);
+  return std::make_unique<CudaGraph>(exec, stream_);
+}
+
+void CudaBackend::abort_capture() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(stream_, &status);
+  if (status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream_, &graph);  // fails when the capture was invalidated: nothing to keep
+    if (graph) cudaGraphDestroy(graph);
+  }
+  cudaGetLastError();
+  allocator_->use_graph_pool(false);
+}
+
+uint64_t CudaBackend::graph_pool_bytes() const { return allocator_->graph_pool_bytes(); }
+
+}  // namespace mlaserve::cuda
