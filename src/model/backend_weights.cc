@@ -19,6 +19,7 @@ void move(GatedMlpWeights& m, Backend& b) {
   move(m.gate, b);
   move(m.up, b);
   move(m.down, b);
+  move(m.gate_up, b);
 }
 
 void move(LayerWeights& l, Backend& b) {

@@ -1,5 +1,7 @@
 #include "model/deepseek_model.h"
 
+#include <cstring>
+
 #include "common/error.h"
 #include "model/backend_weights.h"
 #include "model/rope.h"
@@ -21,6 +23,28 @@ void split_kv_b(const LinearWeight& kv_b, int64_t H, int64_t nope, int64_t v, Te
   }
 }
 
+Tensor stack_rows(const Tensor& a, const Tensor& b) {
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  Tensor out = Tensor::empty(ca.dtype(), {ca.size(0) + cb.size(0), ca.size(1)});
+  std::memcpy(out.raw(), ca.raw(), ca.nbytes());
+  std::memcpy(static_cast<char*>(out.raw()) + ca.nbytes(), cb.raw(), cb.nbytes());
+  return out;
+}
+
+// Stacks gate over up into gate_up (FP8 blocks too, when the inter size is whole blocks), so the
+// MLP runs one GEMM for both; the weights may already be on the backend (dummy ones made there).
+void stack_gate_up(GatedMlpWeights& m, Backend& backend) {
+  const LinearWeight &g = m.gate, &u = m.up;
+  if (!g.weight.defined() || g.weight.dtype() != u.weight.dtype() || g.weight.shape() != u.weight.shape() ||
+      g.is_fp8_block() != u.is_fp8_block() || (g.is_fp8_block() && g.out_features() % g.block_n != 0))
+    return;
+  LinearWeight s = g;
+  s.weight = stack_rows(backend.to_host(g.weight), backend.to_host(u.weight));
+  if (g.is_fp8_block()) s.scale_inv = stack_rows(backend.to_host(g.scale_inv), backend.to_host(u.scale_inv));
+  m.gate_up = s;
+  m.gate = m.up = LinearWeight{};
+}
+
 }  // namespace
 
 DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& backend)
@@ -35,6 +59,10 @@ DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& 
     split_kv_b(kv_b, config_.num_attention_heads, config_.qk_nope_head_dim, config_.v_head_dim, uk, uv);
     w_uk_.push_back(backend_.to_backend(uk));
     w_uv_.push_back(backend_.to_backend(uv));
+  }
+  for (LayerWeights& l : weights_.layers) {
+    if (!l.is_moe) stack_gate_up(l.mlp, backend_);
+    else if (l.moe.has_shared) stack_gate_up(l.moe.shared, backend_);
   }
   move_weights_to_backend(weights_, backend_);
 }
@@ -136,11 +164,18 @@ Tensor DeepseekModel::attention(int64_t l, const Tensor& x, const ForwardBatch& 
 
 Tensor DeepseekModel::dense_mlp(const GatedMlpWeights& w, const Tensor& x) {
   Backend& ops = backend_;
-  int64_t T = x.size(0), I = w.gate.out_features();
-  Tensor g = ops.empty(ops.activation_dtype(), {T, I}), u = ops.empty(ops.activation_dtype(), {T, I});
-  apply_linear(ops, x, w.gate, g);
-  apply_linear(ops, x, w.up, u);
-  ops.silu_and_mul(g, u, g);
+  int64_t T = x.size(0), I = w.down.in_features();
+  Tensor g = ops.empty(ops.activation_dtype(), {T, I});
+  if (w.gate_up.weight.defined()) {
+    Tensor gu = ops.empty(ops.activation_dtype(), {T, 2 * I});
+    apply_linear(ops, x, w.gate_up, gu);
+    ops.silu_and_mul(gu.narrow(1, 0, I), gu.narrow(1, I, I), g);
+  } else {
+    Tensor u = ops.empty(ops.activation_dtype(), {T, I});
+    apply_linear(ops, x, w.gate, g);
+    apply_linear(ops, x, w.up, u);
+    ops.silu_and_mul(g, u, g);
+  }
   Tensor out = ops.empty(ops.activation_dtype(), {T, x.size(1)});
   apply_linear(ops, g, w.down, out);
   return out;

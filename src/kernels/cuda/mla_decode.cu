@@ -9,6 +9,7 @@
 // Shared rows are XOR-swizzled by 16-byte chunk (chunk ^ (row & 7)) so ldmatrix is conflict-free.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/cuda_check.h"
@@ -82,10 +83,12 @@ __device__ __forceinline__ RowPlace place_row(const MlaDecodeParams& p, const Jo
 
 // ---- plan ------------------------------------------------------------------------------------
 //
-// One block. Jobs are numbered seq-major (then by row0) and CTA c < P takes tiles
-// [c * total / P, (c + 1) * total / P) of their concatenation, so everything about a job follows
-// from its seq, its index in the seq, and the jobs and tiles before it: prefix sums over the block.
-// Jobs from index max_jobs on are dropped (and their tiles not counted), as the serial loop did.
+// Jobs are numbered seq-major (then by row0) and CTA c < P takes tiles [c * total / P,
+// (c + 1) * total / P) of their concatenation, so everything about a job follows from its seq, its
+// index in the seq, and the jobs and tiles before it: prefix sums over a block. Jobs from index
+// max_jobs on are dropped (and their tiles not counted), as the serial loop did. A few blocks
+// each compute the whole plan (that is cheap) and write their share of it (one SM's stores drain
+// too slowly for thousands of jobs):
 //   small batches (decode: seqs <= threads, a few jobs each): a thread a seq with its jobs in
 //     registers; one prefix sum of jobs and tiles, one of splits (plan_small_batch).
 //   any batch: windows of seqs and chunks of jobs through shared memory, swept twice
@@ -113,14 +116,15 @@ struct FastDiv {
 };
 
 // `total` tiles cut between P CTAs: CTA c starts at tile c * total / P. 32-bit math when every
-// numerator fits (it does below about 2^32 / 133 tiles), 64-bit otherwise; P > 0 to be asked.
+// numerator fits (below about 2^32 / 133 tiles), 64-bit otherwise. start and cta_from need P > 0.
 struct CtaCut {
   int64_t total;
   int P;
   bool narrow;
   FastDiv by_total, by_p;
   __device__ CtaCut(int64_t total_, int P_)
-      : total(total_), P(P_), narrow(P_ > 0 && uint64_t(total_) * (uint64_t(P_) + 1) < (uint64_t(1) << 32)),
+      : total(total_), P(P_),
+        narrow(P_ > 0 && uint64_t(total_) >> 32 == 0 && uint64_t(total_) * (uint64_t(P_) + 1) >> 32 == 0),
         by_total(narrow ? uint32_t(total_) : 1u), by_p(narrow ? uint32_t(P_) : 1u) {}
   // First tile of CTA c.
   __device__ __forceinline__ int64_t start(int c) const {
@@ -197,11 +201,11 @@ union PlanSmem {
   int64_t tile[kPlanThreads * kSmallJobs];  // small batch: tiles before each job
 };
 
-// CTAs [P, num_ctas) get no work; num_jobs.
-__device__ void plan_finish(const MlaDecodeSchedule& s, int P, int num_jobs) {
-  for (int c = P + int(threadIdx.x); c < s.num_ctas; c += kPlanThreads)
+// CTAs [P, num_ctas) get no work; num_jobs. Shared by `parts` blocks, this one `part`.
+__device__ void plan_finish(const MlaDecodeSchedule& s, int P, int num_jobs, int part, int parts) {
+  for (int c = P + part * kPlanThreads + int(threadIdx.x); c < s.num_ctas; c += parts * kPlanThreads)
     reinterpret_cast<int4*>(s.ctas)[c] = make_int4(0, 0, 0, 0);
-  if (threadIdx.x == 0) *s.num_jobs = num_jobs;
+  if (part == 0 && threadIdx.x == 0) *s.num_jobs = num_jobs;
 }
 
 // At most one CTA a tile, so that every CTA between a job's first and last has a share of it.
@@ -209,8 +213,10 @@ __device__ __forceinline__ int plan_ctas(int64_t total, int num_ctas) {
   return int(total < num_ctas ? total : int64_t(num_ctas));
 }
 
-// Thread t plans seq t. Returns false, having written nothing, unless num_seqs <= kPlanThreads,
-// num_heads > 0, every seq has at most kSmallJobs jobs and all of them fit in max_jobs.
+// Thread t plans seq t. Every block of the grid computes the whole plan and writes its share
+// (one SM's stores drain too slowly for thousands of jobs). Returns false, having written
+// nothing, unless num_seqs <= kPlanThreads, num_heads > 0, every seq has at most kSmallJobs
+// jobs and all of them fit in max_jobs: the same answer in every block.
 __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedule& s, PlanSmem& sm) {
   const int tid = threadIdx.x, H = p.num_heads, M = 16 * s.m_tiles;
   if (p.num_seqs > kPlanThreads || H <= 0) return false;
@@ -222,11 +228,13 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
   }
   const int rows = n * H, nj = rows > 0 ? (rows - 1) / M + 1 : 0;  // r0 = 0, M, ... < rows
   if (__syncthreads_or(nj > kSmallJobs)) return false;
+  // Loops over a seq's jobs stop at the most any seq of the warp has (most have 1 or 2).
+  const int warp_nj = __reduce_max_sync(~0u, nj);
   const FastDiv by_h(H);
   int keys[kSmallJobs], tiles[kSmallJobs];
   JobsTiles mine{nj, 0};
 #pragma unroll
-  for (int j = 0; j < kSmallJobs; ++j) {
+  for (int j = 0; j < kSmallJobs && j < warp_nj; ++j) {
     const int r0 = j * M, nr = min(M, rows - r0);
     keys[j] = max(len - n + int(by_h(r0 + nr - 1)) + 1, 1);
     tiles[j] = j < nj ? (keys[j] + kBN - 1) / kBN : 0;
@@ -240,31 +248,47 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
   int first[kSmallJobs], splits[kSmallJobs], my_splits = 0;
   int64_t b = before.tiles;
 #pragma unroll
-  for (int j = 0; j < kSmallJobs; ++j) {
-    if (j >= nj) break;
-    first[j] = cut.cta_of(b);
-    splits[j] = cut.cta_of(b + tiles[j] - 1) - first[j] + 1;
-    my_splits += splits[j];
-    sm.tile[before.jobs + j] = b;
-    b += tiles[j];
+  for (int j = 0; j < kSmallJobs && j < warp_nj; ++j) {
+    if (j < nj) {
+      first[j] = cut.cta_of(b);
+      splits[j] = cut.cta_of(b + tiles[j] - 1) - first[j] + 1;
+      my_splits += splits[j];
+      sm.tile[before.jobs + j] = b;
+      b += tiles[j];
+    }
   }
   int all_splits;
-  int offset = block_exclusive_sum(my_splits, all_splits);  // (its barrier publishes sm.tile)
-  int4* jobs = reinterpret_cast<int4*>(s.jobs) + 2 * before.jobs;  // a Job is two int4
-#pragma unroll
-  for (int j = 0; j < kSmallJobs; ++j) {
-    if (j >= nj) break;
-    jobs[2 * j] = make_int4(tid, j * M, min(M, rows - j * M), tiles[j]);
-    jobs[2 * j + 1] = make_int4(keys[j], first[j], splits[j], offset);
-    offset += splits[j];
-  }
+  const int offset = block_exclusive_sum(my_splits, all_splits);  // (its barrier publishes sm.tile)
+  const int part = blockIdx.x, parts = gridDim.x;
   // CTA c starts in the last job at or before its first tile.
-  for (int c = tid; c < P; c += kPlanThreads) {
+  for (int c = part * kPlanThreads + tid; c < P; c += parts * kPlanThreads) {
     const int64_t g0 = cut.start(c), g1 = cut.start(c + 1);
     const int j = last_le(sm.tile, 0, all.jobs, g0);
     reinterpret_cast<int4*>(s.ctas)[c] = make_int4(j, int(g0 - sm.tile[j]), int(g1 - g0), 0);
   }
-  plan_finish(s, P, all.jobs);
+  plan_finish(s, P, all.jobs, part, parts);
+  // This block's jobs [lo, hi) go out through shared memory, kStage at a time, so that a warp
+  // stores contiguous bytes (a thread's own jobs lie 32 * nj bytes from the next thread's).
+  constexpr int kStage = sizeof(PlanSmem) / sizeof(Job);
+  int4* stage = reinterpret_cast<int4*>(&sm);  // a Job is two int4
+  const int lo = int(int64_t(all.jobs) * part / parts), hi = int(int64_t(all.jobs) * (part + 1) / parts);
+  for (int j0 = lo; j0 < hi; j0 += kStage) {
+    const int count = min(kStage, hi - j0);
+    __syncthreads();  // sm.tile, or the last round, has been read
+    int o = offset;
+#pragma unroll
+    for (int j = 0; j < kSmallJobs && j < warp_nj; ++j) {
+      const int i = before.jobs + j - j0;
+      if (j < nj && i >= 0 && i < count) {
+        stage[2 * i] = make_int4(tid, j * M, min(M, rows - j * M), tiles[j]);
+        stage[2 * i + 1] = make_int4(keys[j], first[j], splits[j], o);
+      }
+      o += j < nj ? splits[j] : 0;
+    }
+    __syncthreads();
+    int4* out = reinterpret_cast<int4*>(s.jobs) + 2 * j0;
+    for (int i = tid; i < 2 * count; i += kPlanThreads) out[i] = stage[i];
+  }
   return true;
 }
 
@@ -274,9 +298,10 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
 //   sweep 0 counts the tiles (P and every CTA boundary depend on the total);
 //   sweep 1 writes each job (first CTA and split count from its first tile, split offset a prefix
 //           sum of the counts), then each CTA whose first tile falls in the chunk.
+// Every block of the grid sweeps the whole batch and writes its share of each chunk.
 __device__ void plan_any_batch(const MlaDecodeParams& p, const MlaDecodeSchedule& s, PlanSmem& sm) {
   const int tid = threadIdx.x, S = p.num_seqs, H = p.num_heads, M = 16 * s.m_tiles;
-  const int max_jobs = max(s.max_jobs, 0);
+  const int max_jobs = max(s.max_jobs, 0), part = blockIdx.x, parts = gridDim.x;
   int4* jobs = reinterpret_cast<int4*>(s.jobs);  // a Job is two int4
   int4* ctas = reinterpret_cast<int4*>(s.ctas);
   int* s_qs = sm.any.qs;
@@ -360,10 +385,15 @@ __device__ void plan_any_batch(const MlaDecodeParams& p, const MlaDecodeSchedule
           int chunk_splits;
           // (its barrier also publishes s_tile to the CTA search below)
           int offset = splits_before + block_exclusive_sum(split_sum, chunk_splits);
+          // This block's share of the chunk's jobs: [lo, hi).
+          const int lo = int(int64_t(nc) * part / parts), hi = int(int64_t(nc) * (part + 1) / parts);
 #pragma unroll
           for (int i = 0; i < kPlanItems; ++i) {
             const int jl = tid * kPlanItems + i, j = c0 + jl;
-            if (jl >= nc) continue;
+            if (jl < lo || jl >= hi) {
+              offset += splits[i];
+              continue;
+            }
             jobs[2 * j] = make_int4(seq[i], r0[i], nr[i], tiles[i]);
             jobs[2 * j + 1] = make_int4(keys[i], first[i], splits[i], offset);
             offset += splits[i];
@@ -371,7 +401,8 @@ __device__ void plan_any_batch(const MlaDecodeParams& p, const MlaDecodeSchedule
           // The CTAs whose first tile g0 is in this chunk: each starts in the last job at or before g0.
           if (cut.P > 0) {
             const int c_end = cut.cta_from(tiles_before + chunk_tiles);
-            for (int c = cut.cta_from(tiles_before) + tid; c < c_end; c += kPlanThreads) {
+            const int c_begin = cut.cta_from(tiles_before) + part * kPlanThreads + tid;
+            for (int c = c_begin; c < c_end; c += parts * kPlanThreads) {
               const int64_t g0 = cut.start(c), g1 = cut.start(c + 1);
               const int jl = last_le(s_tile, 0, nc, g0);
               ctas[c] = make_int4(c0 + jl, int(g0 - s_tile[jl]), int(g1 - g0), 0);
@@ -387,7 +418,7 @@ __device__ void plan_any_batch(const MlaDecodeParams& p, const MlaDecodeSchedule
     if (sweep == 0) {
       const int P = plan_ctas(tiles_before, s.num_ctas);
       cut = CtaCut(tiles_before, P);
-      plan_finish(s, P, min(job0, max_jobs));
+      plan_finish(s, P, min(job0, max_jobs), part, parts);
     }
   }
 }
@@ -754,7 +785,9 @@ void run_mt(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t s
 size_t mla_decode_smem_bytes(int m_tiles) { return m_tiles == 4 ? Smem<4>::bytes : Smem<1>::bytes; }
 
 void launch_mla_decode_plan(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
-  mla_decode_plan_kernel<<<1, kPlanThreads, 0, stream>>>(p, s);
+  // Blocks to share the stores of a small batch's jobs: one for every few hundred jobs.
+  const int blocks = std::clamp(s.max_jobs / 256 + 1, 1, 8);
+  mla_decode_plan_kernel<<<blocks, kPlanThreads, 0, stream>>>(p, s);
   CUDA_CHECK_LAUNCH();
 }
 

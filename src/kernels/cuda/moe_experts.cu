@@ -249,16 +249,16 @@ __device__ __forceinline__ float load_y(const bf16* y, int64_t i) { return __bfl
 template <class Y>
 __global__ void combine_kernel(const Y* y, const int32_t* pair_pos, const float* weights, int64_t w_ld, int k, int H,
                                bf16* out, int64_t out_ld) {
-  const int t = blockIdx.x;
-  for (int c = threadIdx.x; c < H; c += blockDim.x) {
-    float acc = 0.0f;
-    for (int j = 0; j < k; ++j) {
-      int p = t * k + j;
-      int q = pair_pos ? pair_pos[p] : p;
-      if (q >= 0) acc += weights[int64_t(t) * w_ld + j] * load_y(y, int64_t(q) * H + c);
-    }
-    out[int64_t(t) * out_ld + c] = __float2bfloat16(acc);
+  // One column a thread, blocks across H too: a decode step's few tokens still fill the GPU.
+  const int t = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= H) return;
+  float acc = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    int p = t * k + j;
+    int q = pair_pos ? pair_pos[p] : p;
+    if (q >= 0) acc += weights[int64_t(t) * w_ld + j] * load_y(y, int64_t(q) * H + c);
   }
+  out[int64_t(t) * out_ld + c] = __float2bfloat16(acc);
 }
 
 dim3 decode_grid(const MoeDecodeParams& p, int rows) {
@@ -314,11 +314,12 @@ void launch_moe_combine(const void* y, bool y_f32, const int32_t* pair_pos, cons
                         int32_t num_tokens, int32_t top_k, int32_t hidden, void* out, int64_t out_ld, cudaStream_t s) {
   if (num_tokens == 0) return;
   int threads = hidden >= 256 ? 256 : 32 * ((hidden + 31) / 32);
+  dim3 grid(unsigned(num_tokens), unsigned((hidden + threads - 1) / threads));
   if (y_f32)
-    combine_kernel<<<num_tokens, threads, 0, s>>>(static_cast<const float*>(y), pair_pos, weights, w_ld, top_k,
+    combine_kernel<<<grid, threads, 0, s>>>(static_cast<const float*>(y), pair_pos, weights, w_ld, top_k,
                                                   hidden, static_cast<bf16*>(out), out_ld);
   else
-    combine_kernel<<<num_tokens, threads, 0, s>>>(static_cast<const bf16*>(y), pair_pos, weights, w_ld, top_k,
+    combine_kernel<<<grid, threads, 0, s>>>(static_cast<const bf16*>(y), pair_pos, weights, w_ld, top_k,
                                                   hidden, static_cast<bf16*>(out), out_ld);
   CUDA_CHECK_LAUNCH();
 }
