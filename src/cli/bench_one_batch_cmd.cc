@@ -118,13 +118,16 @@ void run(const OneBatchArgs& a) {
         std::sort(sorted.begin(), sorted.end());
         double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
         double total = prefill + std::accumulate(steps.begin(), steps.end(), 0.0);
+        // Whether the decode steps replayed a graph (a size may fail to capture: see DecodeGraphs).
+        const std::vector<int>& sizes = runner.decode_graph_sizes();
+        bool graph = std::find(sizes.begin(), sizes.end(), bs) != sizes.end();
         double weight_bytes = decode_weight_bytes(config, bs, double(dtype_size(ops.activation_dtype())));
         std::printf("%-6d %-6d %-6d %12.4f %14.1f %14.3f %14.1f %10.3f %12.3f\n", bs, in_len, out_len, prefill,
                     double(bs) * in_len / prefill, median * 1e3, median > 0 ? bs / median : 0.0, total,
                     weight_bytes / 1e9);
         if (!a.result_file.empty()) {
           nlohmann::json j = {{"model", a.load.model}, {"device", a.device},
-                              {"cuda_graph", !runner.decode_graph_sizes().empty()}, {"num_layers", config.num_hidden_layers},
+                              {"cuda_graph", graph}, {"num_layers", config.num_hidden_layers},
                               {"batch_size", bs}, {"input_len", in_len}, {"output_len", out_len},
                               {"prefill_latency_s", prefill}, {"prefill_throughput", double(bs) * in_len / prefill},
                               {"median_decode_latency_s", median},

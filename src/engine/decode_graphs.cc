@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 #include "common/error.h"
 
@@ -44,6 +45,8 @@ DecodeGraphs::DecodeGraphs(DeepseekModel& model, KvPool& kv, std::vector<int> ba
   inputs_ = b.empty(DType::I32, {off_kv_ + max_kv_});
 
   auto t0 = std::chrono::steady_clock::now();
+  std::vector<int> failed;
+  std::string reason;
   for (auto it = batch_sizes.rbegin(); it != batch_sizes.rend(); ++it) {
     int size = *it;
     // A padding-only batch: every row is a scratch row.
@@ -65,13 +68,17 @@ DecodeGraphs::DecodeGraphs(DeepseekModel& model, KvPool& kv, std::vector<int> ba
       b.synchronize();
     } catch (const std::exception& e) {
       b.abort_capture();
-      spdlog::warn("CUDA graph for batch size {} not captured ({}): such batches run eagerly", size, e.what());
+      failed.insert(failed.begin(), size);
+      reason = e.what();
       continue;
     }
     graphs_.push_back(std::move(g));
   }
   std::reverse(graphs_.begin(), graphs_.end());
   for (auto& g : graphs_) sizes_.push_back(g->size);
+  if (!failed.empty())
+    spdlog::warn("no CUDA graphs for decode batch sizes [{}] ({}): such batches run eagerly", fmt::join(failed, ", "),
+                 reason);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("captured {} CUDA graphs for decode batch sizes [{}] in {:.1f} s ({:.1f} MB graph pool)",
                sizes_.size(), fmt::join(sizes_, ", "), secs, double(b.graph_pool_bytes()) / 1e6);

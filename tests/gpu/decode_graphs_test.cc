@@ -70,6 +70,14 @@ TEST(DecodeGraphs, CapturedSizeGivesTheEagerLogits) {
   for (int n : {1, 2, 4}) EXPECT_EQ(decode(p, prefill(p, n), 6), 0.0) << n << " sequences";
 }
 
+TEST(DecodeGraphs, SizesWhoseForwardCannotBeCapturedAreLeftEager) {
+  // 400 sequences at top-4 are 1600 token-expert pairs: the MoE takes its sorted path, which waits
+  // on the host, so that size is not captured; the others are.
+  Pair p = make_runners({2, 400});
+  EXPECT_EQ(p.graphs->decode_graph_sizes(), (std::vector<int>{2}));
+  EXPECT_EQ(decode(p, prefill(p, 2), 3), 0.0);
+}
+
 TEST(DecodeGraphs, PaddedBatchesAgreeAndLargerOnesRunEagerly) {
   Pair p = make_runners({4});
   EXPECT_LT(decode(p, prefill(p, 3), 6), 2e-2);  // padded to 4
