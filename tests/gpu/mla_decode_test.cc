@@ -160,7 +160,6 @@ TEST_F(MlaDecode, GraphReplayWithNewLengths) {
   cudaGraphDestroy(graph);
 }
 
-
 // ---- the plan kernel against the serial plan --------------------------------------------------
 
 // What the plan kernel writes: jobs [num_jobs, 8], ctas [num_ctas, 4], num_jobs.
@@ -292,6 +291,8 @@ void random_batch(std::mt19937_64& rng, int S, int min_q, int max_q, std::vector
 }
 
 TEST_F(MlaDecode, PlanMatchesSerialPlan) {
+  // Up to 512 seqs of up to 8 jobs take the kernel's small-batch path; more seqs, or more jobs in
+  // a seq (128 heads in 16-row jobs with several queries, or hundreds of queries), the general one.
   std::mt19937_64 rng(seed);
   std::vector<int32_t> lens, qs;
   for (int S : {1, 3, 64, 200, 1500, 3000})

@@ -4,10 +4,12 @@
 // block takes many query rows at once (a row is one (query token, head) pair of one sequence) and
 // reads each cache row once for all of them, on tensor cores (mma.sync m16n8k16 BF16, fp32
 // accumulation, online softmax in fp32). The work is split plan / run:
-//   plan: a one-thread kernel reads seq_lens and query_start (on the device) and cuts the batch into
-//         jobs (one sequence x up to 16 * m_tiles rows) of 64-key tiles, then hands every persistent
+//   plan: a kernel reads seq_lens and query_start (on the device) and cuts the batch into jobs
+//         (one sequence x up to 16 * m_tiles rows) of 64-key tiles, then hands every persistent
 //         block (one per SM) an equal, contiguous run of tiles; a job cut between blocks leaves
-//         fp32 partials that a combine kernel merges by their log-sum-exp.
+//         fp32 partials that a combine kernel merges by their log-sum-exp. Its prefix sums run in
+//         parallel (a few blocks of 512 threads, each computing the whole plan and writing its
+//         share): a few microseconds for a decode batch.
 //   run:  the attention kernel and the combine kernel; their grids depend only on the batch's
 //         shape (tokens, seqs, heads), never on its lengths, so a CUDA graph can replay them.
 #pragma once

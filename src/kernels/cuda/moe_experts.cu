@@ -4,6 +4,8 @@
 // the ids (a bitmask of touched experts in smem, no host round trip) and that expert's pairs in
 // pair order, then its warps stream whole weight rows with 16-byte loads and dot them with up to
 // kTok token rows at once, so every touched weight byte is read from memory once per 8 tokens.
+// kTok is a template parameter: an expert has at most one pair per token, so a batch of T tokens
+// runs the variant of min(8, T rounded up to a power of two), which keeps fewer accumulators.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -20,7 +22,7 @@ constexpr unsigned kFull = 0xffffffffu;
 constexpr int kMaxExperts = 256;  // the touched-expert bitmask has 8 words
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = 2, kRowsPerBlock = kWarps * kRowsPerWarp;
-constexpr int kTok = 8;  // token rows dotted with each weight row per pass
+constexpr int kMaxTok = 8;  // token rows dotted with each weight row per pass, at most
 
 __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
   const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
@@ -87,7 +89,8 @@ __device__ PairList expert_pairs(const int32_t* ids, int P, int E, int slot, uns
 }
 
 // act[p, i] = silu(gate[e][i] . x[p / k]) * (up[e][i] . x[p / k]) for the pairs p of one expert.
-__global__ void __launch_bounds__(kThreads, 4) gate_up_kernel(MoeDecodeParams p) {
+template <int kTok>
+__global__ void __launch_bounds__(kThreads, kTok > 2 ? 2 : 4) gate_up_kernel(MoeDecodeParams p) {
   __shared__ unsigned s_mask[kMaxExperts / 32];
   __shared__ int s_info[2];
   __shared__ int32_t s_list[kMoeDecodeMaxPairs];
@@ -105,36 +108,52 @@ __global__ void __launch_bounds__(kThreads, 4) gate_up_kernel(MoeDecodeParams p)
     for (int tk = 0; tk < kTok; ++tk)
       xr[tk] = reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.x) +
                                               int64_t(s_list[c0 + min(tk, nt - 1)] / p.top_k) * p.x_ld);
+    // The warp's rows side by side, so that all their loads are in flight together (a row is only
+    // a few loads a lane).
+    const int i0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
+    const uint4 *g[kRowsPerWarp], *u[kRowsPerWarp];
+#pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-      int i = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp + rr;
-      if (i >= I) break;
-      const uint4* g = reinterpret_cast<const uint4*>(gw + int64_t(i) * H);
-      const uint4* u = reinterpret_cast<const uint4*>(uw + int64_t(i) * H);
-      float ag[kTok], au[kTok];
+      int i = min(i0 + rr, I - 1);  // rows past I repeat the last one and are not stored
+      g[rr] = reinterpret_cast<const uint4*>(gw + int64_t(i) * H);
+      u[rr] = reinterpret_cast<const uint4*>(uw + int64_t(i) * H);
+    }
+    float ag[kRowsPerWarp][kTok], au[kRowsPerWarp][kTok];
 #pragma unroll
-      for (int tk = 0; tk < kTok; ++tk) ag[tk] = au[tk] = 0.0f;
-#pragma unroll 4
-      for (int c = lane; c < nc; c += 32) {
-        uint4 wg = __ldg(g + c), wu = __ldg(u + c);
+    for (int rr = 0; rr < kRowsPerWarp; ++rr)
 #pragma unroll
-        for (int tk = 0; tk < kTok; ++tk)
-          if (tk < nt) {
-            uint4 xv = __ldg(xr[tk] + c);
-            ag[tk] = dot8(wg, xv, ag[tk]);
-            au[tk] = dot8(wu, xv, au[tk]);
-          }
-      }
+      for (int tk = 0; tk < kTok; ++tk) ag[rr][tk] = au[rr][tk] = 0.0f;
+    if (i0 >= I) continue;
+#pragma unroll 2
+    for (int c = lane; c < nc; c += 32) {
+      uint4 wg[kRowsPerWarp], wu[kRowsPerWarp];
+#pragma unroll
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) wg[rr] = __ldg(g[rr] + c), wu[rr] = __ldg(u[rr] + c);
 #pragma unroll
       for (int tk = 0; tk < kTok; ++tk)
         if (tk < nt) {
-          float a = warp_sum(ag[tk]), b = warp_sum(au[tk]);
-          if (lane == tk) act[int64_t(s_list[c0 + tk]) * I + i] = __float2bfloat16(a / (1.0f + __expf(-a)) * b);
+          uint4 xv = __ldg(xr[tk] + c);
+#pragma unroll
+          for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+            ag[rr][tk] = dot8(wg[rr], xv, ag[rr][tk]);
+            au[rr][tk] = dot8(wu[rr], xv, au[rr][tk]);
+          }
         }
     }
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr)
+#pragma unroll
+      for (int tk = 0; tk < kTok; ++tk)
+        if (tk < nt) {
+          float a = warp_sum(ag[rr][tk]), b = warp_sum(au[rr][tk]);
+          if (lane == tk && i0 + rr < I)
+            act[int64_t(s_list[c0 + tk]) * I + i0 + rr] = __float2bfloat16(a / (1.0f + __expf(-a)) * b);
+        }
   }
 }
 
 // y[p, r] = down[e][r] . act[p] (fp32) for the pairs p of one expert.
+template <int kTok>
 __global__ void __launch_bounds__(kThreads) down_kernel(MoeDecodeParams p) {
   __shared__ unsigned s_mask[kMaxExperts / 32];
   __shared__ int s_info[2];
@@ -151,27 +170,38 @@ __global__ void __launch_bounds__(kThreads) down_kernel(MoeDecodeParams p) {
 #pragma unroll
     for (int tk = 0; tk < kTok; ++tk)
       ar[tk] = reinterpret_cast<const uint4*>(act + int64_t(s_list[c0 + min(tk, nt - 1)]) * I);
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-      int r = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp + rr;
-      if (r >= H) break;
-      const uint4* d = reinterpret_cast<const uint4*>(dw + int64_t(r) * I);
-      float acc[kTok];
+    const int r0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
+    if (r0 >= H) continue;
+    const uint4* d[kRowsPerWarp];
 #pragma unroll
-      for (int tk = 0; tk < kTok; ++tk) acc[tk] = 0.0f;
+    for (int rr = 0; rr < kRowsPerWarp; ++rr)
+      d[rr] = reinterpret_cast<const uint4*>(dw + int64_t(min(r0 + rr, H - 1)) * I);
+    float acc[kRowsPerWarp][kTok];
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr)
+#pragma unroll
+      for (int tk = 0; tk < kTok; ++tk) acc[rr][tk] = 0.0f;
 #pragma unroll 4
-      for (int c = lane; c < nc; c += 32) {
-        uint4 w = __ldg(d + c);
+    for (int c = lane; c < nc; c += 32) {
+      uint4 w[kRowsPerWarp];
 #pragma unroll
-        for (int tk = 0; tk < kTok; ++tk)
-          if (tk < nt) acc[tk] = dot8(w, __ldg(ar[tk] + c), acc[tk]);
-      }
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) w[rr] = __ldg(d[rr] + c);
 #pragma unroll
       for (int tk = 0; tk < kTok; ++tk)
         if (tk < nt) {
-          float a = warp_sum(acc[tk]);
-          if (lane == tk) p.y[int64_t(s_list[c0 + tk]) * H + r] = a;
+          uint4 av = __ldg(ar[tk] + c);
+#pragma unroll
+          for (int rr = 0; rr < kRowsPerWarp; ++rr) acc[rr][tk] = dot8(w[rr], av, acc[rr][tk]);
         }
     }
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr)
+#pragma unroll
+      for (int tk = 0; tk < kTok; ++tk)
+        if (tk < nt) {
+          float a = warp_sum(acc[rr][tk]);
+          if (lane == tk && r0 + rr < H) p.y[int64_t(s_list[c0 + tk]) * H + r0 + rr] = a;
+        }
   }
 }
 
@@ -278,14 +308,22 @@ void check_decode(const MoeDecodeParams& p) {
 void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s) {
   check_decode(p);
   if (p.num_tokens == 0) return;
-  gate_up_kernel<<<decode_grid(p, p.inter), kThreads, 0, s>>>(p);
+  dim3 grid = decode_grid(p, p.inter);
+  if (p.num_tokens == 1) gate_up_kernel<1><<<grid, kThreads, 0, s>>>(p);
+  else if (p.num_tokens == 2) gate_up_kernel<2><<<grid, kThreads, 0, s>>>(p);
+  else if (p.num_tokens <= 4) gate_up_kernel<4><<<grid, kThreads, 0, s>>>(p);
+  else gate_up_kernel<kMaxTok><<<grid, kThreads, 0, s>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s) {
   check_decode(p);
   if (p.num_tokens == 0) return;
-  down_kernel<<<decode_grid(p, p.hidden), kThreads, 0, s>>>(p);
+  dim3 grid = decode_grid(p, p.hidden);
+  if (p.num_tokens == 1) down_kernel<1><<<grid, kThreads, 0, s>>>(p);
+  else if (p.num_tokens == 2) down_kernel<2><<<grid, kThreads, 0, s>>>(p);
+  else if (p.num_tokens <= 4) down_kernel<4><<<grid, kThreads, 0, s>>>(p);
+  else down_kernel<kMaxTok><<<grid, kThreads, 0, s>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
