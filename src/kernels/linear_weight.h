@@ -26,7 +26,7 @@ struct GatedMlpWeights {
   LinearWeight down;  // [hidden, inter]
   // gate and up stacked, [2 * inter, hidden], when the model made it (then gate and up are left
   // undefined): one GEMM instead of two.
-  LinearWeight gate_up;
+  LinearWeight gate_up = {};
 };
 
 // Weight (r, c) of a block-scaled FP8 matrix in fp32: e4m3 value times its block's scale.

@@ -16,6 +16,7 @@
 #include "common/random.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm_runner.h"
+#include "kernels/cuda/moe_experts.h"
 #include "kernels/cuda/mla_prefill.h"
 
 using namespace mlaserve;
@@ -266,7 +267,14 @@ void bench_moe(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn&
       mem_row("moe_experts v2-lite", shape, ms, bytes);
     else
       flop_row("moe_experts v2-lite", shape, ms, 2.0 * T * k * 3 * I * H, bytes);
-    if (T > 64) continue;
+    if (T > 64) {
+      // The same through the grouped expert GEMM (no host sync).
+      gpu.moe_runner().grouped_gemm = true;
+      ms = time_ms([&](int i) { gpu.moe_experts(x, ids[i % n_sets], w[i % n_sets], experts, out); }, 30, 10);
+      gpu.moe_runner().grouped_gemm = false;
+      flop_row("moe_experts grouped", shape, ms, 2.0 * T * k * 3 * I * H, bytes);
+      continue;
+    }
     // The decode path as a CUDA graph replays it (no per-call host work between kernels): the 8
     // routings captured back to back, like 8 layers; time per layer.
     cudaGraph_t graph = nullptr;

@@ -4,6 +4,7 @@
 #include "gpu_test_util.h"
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/moe_experts.h"
 
 namespace mlaserve {
 namespace {
@@ -86,8 +87,11 @@ TEST_F(Moe, ExpertsMatchTheReference) {
       host.push_back({{g, {}}, {u, {}}, {d, {}}});
       dev.push_back({{dev_bf16(g), {}}, {dev_bf16(u), {}}, {dev_bf16(d), {}}});
     }
-    for (int64_t T : c.tokens) {
+    for (int64_t T : c.tokens)
+      for (bool grouped : {false, true})  // the prefill path (T * k > 384) with per-expert or grouped GEMMs
       for (bool strided : {false, true}) {
+        if (grouped && T * c.k <= gpu.moe_runner().decode_max_pairs) continue;  // decode path: no GEMMs
+        gpu.moe_runner().grouped_gemm = grouped;
         // strided: x is the first H columns of wider rows, as a narrow() view
         int64_t width = strided ? c.H + 64 : c.H;
         Tensor xw = random_f32({T, width}, seed + T + width);
@@ -100,7 +104,8 @@ TEST_F(Moe, ExpertsMatchTheReference) {
         gpu.moe_experts(xd.narrow(1, 0, c.H), ids_d, w_d, dev, out);
         Tensor got = gpu.to_host(out);
         double err = rel_l2(got, want);
-        EXPECT_LE(err, 1e-2) << "E=" << c.E << " H=" << c.H << " I=" << c.I << " T=" << T << " strided=" << strided;
+        EXPECT_LE(err, 1e-2) << "E=" << c.E << " H=" << c.H << " I=" << c.I << " T=" << T << " strided=" << strided
+                             << " grouped=" << grouped;
         worst = std::max(worst, err);
         // Deterministic: a second run gives the same bits.
         Tensor again = poisoned(gpu, DType::BF16, {T, c.H});
@@ -108,7 +113,7 @@ TEST_F(Moe, ExpertsMatchTheReference) {
         Tensor got2 = gpu.to_host(again);
         EXPECT_EQ(std::memcmp(got.raw(), got2.raw(), got.nbytes()), 0) << "E=" << c.E << " T=" << T;
       }
-    }
+    gpu.moe_runner().grouped_gemm = false;
   }
 }
 

@@ -74,6 +74,8 @@ class CudaBackend final : public Backend {
                  Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const std::vector<GatedMlpWeights>& experts, Tensor& out) override;
+  // The routed experts' runner (tests and benchmarks choose its paths).
+  MoeRunner& moe_runner();
   void sample(const Tensor& logits, const std::vector<SamplingParams>& params, Tensor& out) override;
 
  private:

@@ -66,17 +66,22 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     ex.up.push_back(w.up.weight.raw());
     ex.down.push_back(w.down.weight.raw());
   }
-  if (!moe_) moe_ = std::make_shared<MoeRunner>();
+  MoeRunner& moe = moe_runner();
   // The weights are checked when a list is first seen (192 checks cost ~10 us a call at decode).
-  if (!moe_->knows(ex, int32_t(H), int32_t(I)))
+  if (!moe.knows(ex, int32_t(H), int32_t(I)))
     for (size_t e = 0; e < experts.size(); ++e) {
       check_expert_weight(experts[e].gate, I, H, "gate", e);
       check_expert_weight(experts[e].up, I, H, "up", e);
       check_expert_weight(experts[e].down, H, I, "down", e);
     }
   // ids must lie in [0, E): the device does not check them (pairs outside are dropped or garbage).
-  moe_->run(ex, x.raw(), x.stride(0), ids.data<int32_t>(), weights.data<float>(), weights.stride(0), int32_t(T),
+  moe.run(ex, x.raw(), x.stride(0), ids.data<int32_t>(), weights.data<float>(), weights.stride(0), int32_t(T),
             int32_t(k), int32_t(H), int32_t(I), out.raw(), out.stride(0), *gemm_, stream_);
+}
+
+MoeRunner& CudaBackend::moe_runner() {
+  if (!moe_) moe_ = std::make_shared<MoeRunner>();
+  return *moe_;
 }
 
 }  // namespace mlaserve::cuda

@@ -7,6 +7,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm_runner.h"
 #include "kernels/cuda/growing_buffer.h"
+#include "kernels/cuda/moe_grouped_gemm.h"
 
 namespace mlaserve::cuda {
 
@@ -84,6 +85,37 @@ MoeRunner::MoeRunner() : st_(std::make_unique<State>()) {
 
 MoeRunner::~MoeRunner() = default;
 
+bool MoeRunner::run_grouped(const void* const* dptr, int32_t E, const void* x, int64_t x_ld, const float* weights,
+                            int64_t w_ld, int32_t T, int32_t k, int32_t H, int32_t I, const int32_t* offsets,
+                            const int32_t* sorted, const int32_t* pos, void* out, int64_t out_ld,
+                            cudaStream_t stream) {
+  const int32_t P = T * k;
+  auto xs = static_cast<char*>(st_->xs.ensure(size_t(P) * H * 2));
+  auto gu = static_cast<char*>(st_->gu.ensure(size_t(P) * 2 * I * 2));
+  auto act = static_cast<char*>(st_->act.ensure(size_t(P) * I * 2));
+  auto y = static_cast<char*>(st_->y.ensure(size_t(P) * H * 2));
+  // gate | up as one [2I, H] product when I is whole column tiles, else one launch each.
+  MoeGroupedGemmParams gate{xs, offsets, dptr, dptr + E, gu, 2 * int64_t(I), P, E, 2 * I, H, I};
+  MoeGroupedGemmParams up = gate;
+  if (!moe_grouped_gemm_fits(gate)) {
+    gate.w_hi = nullptr;
+    gate.N = gate.n_split = I;
+    up.w = dptr + E;
+    up.w_hi = nullptr;
+    up.c = gu + size_t(I) * 2;
+    up.N = up.n_split = I;
+  }
+  MoeGroupedGemmParams down{act, offsets, dptr + 2 * E, nullptr, y, H, P, E, H, I, H};
+  if (!moe_grouped_gemm_fits(gate) || !moe_grouped_gemm_fits(down)) return false;
+  launch_moe_gather(x, x_ld, sorted, P, k, H, xs, stream, offsets + E);
+  launch_moe_grouped_gemm(gate, stream);
+  if (gate.w_hi == nullptr) launch_moe_grouped_gemm(up, stream);
+  launch_silu_and_mul(gu, 2 * I, gu + size_t(I) * 2, 2 * I, act, I, P, I, stream);
+  launch_moe_grouped_gemm(down, stream);
+  launch_moe_combine(y, false, pos, weights, w_ld, T, k, H, out, out_ld, stream);
+  return true;
+}
+
 bool MoeRunner::knows(const Experts& ex, int32_t H, int32_t I) const {
   auto it = st_->tables.find(ex.key);
   return it != st_->tables.end() && it->second.H == H && it->second.I == I && State::same(it->second, ex);
@@ -100,13 +132,13 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
   auto dptr = static_cast<const void* const*>(tb.dev.get());
   bool decode = P <= decode_max_pairs && P <= kMoeDecodeMaxPairs && E <= 256 && H % 8 == 0 && I % 8 == 0 &&
                 x_ld % 8 == 0 && aligned16(x) && tb.aligned;
-  // The sorted path needs the per-expert counts on the host, which a CUDA graph cannot wait for.
-  // (The decode kernels could take up to kMoeDecodeMaxPairs inside a graph, but past
+  // The sorted path's per-expert GEMMs need the counts on the host, which a CUDA graph cannot wait
+  // for (the grouped GEMM reads them on the device). (The decode kernels could take up to kMoeDecodeMaxPairs inside a graph, but past
   // decode_max_pairs they are slower than the eager sorted path: measured 46.7 vs 39.1 ms a
   // V2-Lite step at 128 tokens on an H200.)
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  MLA_CHECK(decode || capture == cudaStreamCaptureStatusNone,
+  MLA_CHECK(decode || grouped_gemm || capture == cudaStreamCaptureStatusNone,
             "moe_experts: {} token-expert pairs need the sorted path, which waits on the host and so cannot run "
             "inside a CUDA graph (the graph kernels take at most {})", P, decode_max_pairs);
   if (decode) {
@@ -119,11 +151,18 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
     return;
   }
 
-  // Prefill: sort the pairs by expert on the device; the host needs the counts to size the GEMMs.
+  // Prefill: sort the pairs by expert on the device.
   auto offsets = static_cast<int32_t*>(st_->offsets.ensure(size_t(E + 1) * 4));
   auto sorted = static_cast<int32_t*>(st_->sorted.ensure(size_t(P) * 4));
   auto pos = static_cast<int32_t*>(st_->pos.ensure(size_t(P) * 4));
   launch_moe_align(ids, P, E, offsets, sorted, pos, stream);
+  if (grouped_gemm && run_grouped(dptr, E, x, x_ld, weights, w_ld, T, k, H, I, offsets, sorted, pos, out, out_ld,
+                                  stream))
+    return;
+  // Per-expert GEMMs: the host needs the counts to size them.
+  MLA_CHECK(capture == cudaStreamCaptureStatusNone,
+            "moe_experts: H={} I={} do not fit the grouped GEMM, and the per-expert path cannot run inside a CUDA "
+            "graph", H, I);
   CUDA_CHECK(cudaMemcpyAsync(st_->host_offsets, offsets, size_t(E + 1) * 4, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   const int32_t* off = st_->host_offsets;

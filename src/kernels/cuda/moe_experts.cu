@@ -262,7 +262,9 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids
 }
 
 template <bool kVec>
-__global__ void gather_kernel(const bf16* x, int64_t x_ld, const int32_t* sorted, int k, int H, bf16* xs) {
+__global__ void gather_kernel(const bf16* x, int64_t x_ld, const int32_t* sorted, const int32_t* count, int k, int H,
+                              bf16* xs) {
+  if (count && int(blockIdx.x) >= *count) return;  // positions past the routed pairs hold nothing
   const bf16* src = x + int64_t(sorted[blockIdx.x] / k) * x_ld;
   bf16* dst = xs + int64_t(blockIdx.x) * H;
   if (kVec) {
@@ -335,16 +337,16 @@ void launch_moe_align(const int32_t* ids, int32_t num_pairs, int32_t num_experts
 }
 
 void launch_moe_gather(const void* x, int64_t x_ld, const int32_t* sorted_pairs, int32_t num_pairs, int32_t top_k,
-                       int32_t hidden, void* xs, cudaStream_t s) {
+                       int32_t hidden, void* xs, cudaStream_t s, const int32_t* routed) {
   if (num_pairs == 0) return;
   bool vec = hidden % 8 == 0 && x_ld % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
              reinterpret_cast<uintptr_t>(xs) % 16 == 0;
   auto xb = static_cast<const bf16*>(x);
   auto ob = static_cast<bf16*>(xs);
   if (vec)
-    gather_kernel<true><<<num_pairs, 256, 0, s>>>(xb, x_ld, sorted_pairs, top_k, hidden, ob);
+    gather_kernel<true><<<num_pairs, 256, 0, s>>>(xb, x_ld, sorted_pairs, routed, top_k, hidden, ob);
   else
-    gather_kernel<false><<<num_pairs, 256, 0, s>>>(xb, x_ld, sorted_pairs, top_k, hidden, ob);
+    gather_kernel<false><<<num_pairs, 256, 0, s>>>(xb, x_ld, sorted_pairs, routed, top_k, hidden, ob);
   CUDA_CHECK_LAUNCH();
 }
 

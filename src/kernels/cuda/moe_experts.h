@@ -6,7 +6,9 @@
 //    deterministic combine per token in slot order. No host sync, so it can be graph-captured.
 //  - prefill (many tokens): an on-device counting sort of the (token, slot) pairs by expert,
 //    a gather of the rows, cuBLASLt GEMMs per expert (spread over a few streams), SiLU-and-mul,
-//    and the same combine through the pair -> sorted position map.
+//    and the same combine through the pair -> sorted position map. With `grouped_gemm` the
+//    GEMMs are instead two grouped launches (moe_grouped_gemm.h) that read the per-expert row
+//    counts on the device: no host sync.
 // Expert weights are read through device arrays of per-expert pointers (no stacked copy).
 #pragma once
 
@@ -41,9 +43,10 @@ void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s);
 // order; sorted_pairs [P]: the pair at each position; pair_pos [P]: the position of each pair.
 void launch_moe_align(const int32_t* ids, int32_t num_pairs, int32_t num_experts, int32_t* offsets,
                       int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s);
-// xs[i] = x[sorted_pairs[i] / k] for i < P. x [T, H] (row stride x_ld), xs [P, H] BF16.
+// xs[i] = x[sorted_pairs[i] / k] for i < P. x [T, H] (row stride x_ld), xs [P, H] BF16. With
+// `routed` (a device count, offsets[E]), positions from it on are skipped.
 void launch_moe_gather(const void* x, int64_t x_ld, const int32_t* sorted_pairs, int32_t num_pairs, int32_t top_k,
-                       int32_t hidden, void* xs, cudaStream_t s);
+                       int32_t hidden, void* xs, cudaStream_t s, const int32_t* routed = nullptr);
 // out[t] = bf16(sum_j weights[t, j] * y[pos(t * k + j)]) with fp32 sums in slot order.
 // y [P, H] F32 or BF16 (y_f32); pair_pos [P] or nullptr for the identity; out [T, H] BF16.
 void launch_moe_combine(const void* y, bool y_f32, const int32_t* pair_pos, const float* weights, int64_t w_ld,
@@ -75,9 +78,17 @@ class MoeRunner {
   bool knows(const Experts& experts, int32_t H, int32_t I) const;
 
   int decode_max_pairs = 384;  // T <= 64 at top-6
+  // Prefill through the grouped GEMM. Off until it is measured against the per-expert cuBLASLt
+  // path on a GPU (written 2026-11-22 without device time left to run it).
+  bool grouped_gemm = false;
   int num_streams = 4;         // prefill: experts' GEMMs spread over this many streams
 
  private:
+  // The prefill path through the grouped GEMM (after the align); false if the shapes do not fit it.
+  bool run_grouped(const void* const* dptr, int32_t E, const void* x, int64_t x_ld, const float* weights, int64_t w_ld,
+                   int32_t T, int32_t k, int32_t H, int32_t I, const int32_t* offsets, const int32_t* sorted,
+                   const int32_t* pos, void* out, int64_t out_ld, cudaStream_t stream);
+
   struct State;
   std::unique_ptr<State> st_;
 };
