@@ -167,7 +167,9 @@ def test_fp8_weights_and_kv_cache_serve_and_bad_flags_are_refused():
     base = [BINARY, "serve", "--model", MODEL, "--load-format", "dummy", "--tokenizer-path", TOKENIZER, "--port", "1"]
     for flags, reason in [(["--kv-cache-dtype", "fp8_e5m2"], "fp8_e5m2"), (["--quantization", "int4"], "int4"),
                           (["--mem-fraction-static", "1.5"], "--mem-fraction-static"),
-                          (["--schedule-policy", "lpm", "--disable-radix-cache"], "radix cache")]:
+                          (["--schedule-policy", "lpm", "--disable-radix-cache"], "radix cache"),
+                          (["--cuda-graph-max-bs", "8"], "need --device cuda"),
+                          (["--device", "cuda", "--disable-cuda-graph", "--cuda-graph-bs", "4"], "contradicts")]:
         r = subprocess.run(base + flags, capture_output=True, text=True, timeout=120)
         assert r.returncode != 0 and reason in r.stdout + r.stderr, (flags, r.stdout[-500:], r.stderr[-500:])
 
