@@ -61,13 +61,12 @@ DecodeGraphs::DecodeGraphs(DeepseekModel& model, KvPool& kv, std::vector<int> ba
       // capture itself allocates nothing that outlives it.
       model_.forward_on_backend(batch, kv_);
       b.synchronize();
-      b.begin_capture();
-      g->logits = model_.forward_on_backend(batch, kv_);
-      g->graph = b.end_capture();
+      // By value: a backend may keep the work to run it again at replay.
+      Graph* graph = g.get();
+      g->graph = b.capture([this, batch, graph] { graph->logits = model_.forward_on_backend(batch, kv_); });
       g->graph->replay();
       b.synchronize();
     } catch (const std::exception& e) {
-      b.abort_capture();
       failed.insert(failed.begin(), size);
       reason = e.what();
       continue;

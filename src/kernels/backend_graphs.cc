@@ -13,8 +13,8 @@ void Backend::copy_from_host(const Tensor& host, Tensor& dst) {
   std::memcpy(dst.raw(), src.raw(), src.nbytes());
 }
 
-void Backend::begin_capture() { fail("the {} backend has no graphs", name()); }
-
-std::unique_ptr<BackendGraph> Backend::end_capture() { fail("the {} backend has no graphs", name()); }
+std::unique_ptr<BackendGraph> Backend::capture(const std::function<void()>&) {
+  fail("the {} backend has no graphs", name());
+}
 
 }  // namespace mlaserve

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,7 +25,10 @@ struct AttentionMetadata {
   Tensor seq_lens;      // [num_seqs] I32: tokens in the cache after this forward (prefix + new)
   Tensor query_start;   // [num_seqs + 1] I32: offsets of each seq's query tokens in the token dim
   Tensor kv_start;      // [num_seqs + 1] I32: offsets of each seq's slots in kv_indices
-  Tensor kv_indices;    // [sum(seq_lens)] I32: cache slot of every token of every seq, in order
+  // [sum(seq_lens)] I32: cache slot of every token of every seq, in order. The absorbed form
+  // (mla_decode) also takes a longer buffer and ignores what follows kv_start[num_seqs] (the
+  // fixed-size buffers of CUDA graphs).
+  Tensor kv_indices;
   int32_t max_seq_len = 0;
   // Set by whoever builds the batch: a fresh nonzero value whenever seq_lens / query_start change,
   // so a backend may compute its attention plan once per batch and reuse it in every layer
@@ -49,7 +53,7 @@ struct SamplingParams {
   uint64_t step = 0;   // index of the token being drawn
 };
 
-// One recorded sequence of a backend's ops (Backend::begin_capture), replayed as one launch.
+// One recorded sequence of a backend's ops (Backend::capture), replayed as one launch.
 class BackendGraph {
  public:
   virtual ~BackendGraph() = default;
@@ -88,15 +92,13 @@ class Backend {
   // the order of this backend's work (the host tensor may be dropped right after the call).
   virtual void copy_from_host(const Tensor& host, Tensor& dst);
 
-  // Graphs (CUDA graphs): the ops called between begin_capture and end_capture are recorded, not
-  // run, and the graph replays them with the same arguments, reading whatever the tensors they were
-  // given hold at replay time. Tensors allocated while capturing come from a pool kept for graphs,
-  // so they stay valid for every replay; graphs share that pool and must replay one at a time.
+  // Graphs (CUDA graphs): the ops `work` calls are recorded, not run, and the graph replays them
+  // with the same arguments, reading whatever the tensors they were given hold at replay time.
+  // Tensors allocated while capturing come from a pool kept for graphs, so they stay valid for
+  // every replay; graphs share that pool and must replay one at a time. If `work` throws, nothing
+  // is kept and the exception passes on.
   virtual bool supports_graphs() const { return false; }
-  virtual void begin_capture();
-  // The recorded graph; after a failed op, abort_capture() leaves capture mode and drops it.
-  virtual std::unique_ptr<BackendGraph> end_capture();
-  virtual void abort_capture() {}
+  virtual std::unique_ptr<BackendGraph> capture(const std::function<void()>& work);
   // Device bytes held by the graph pool (for the memory plan's log).
   virtual uint64_t graph_pool_bytes() const { return 0; }
 

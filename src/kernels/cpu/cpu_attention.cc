@@ -10,7 +10,8 @@ namespace mlaserve::cpu {
 
 namespace {
 
-void check_metadata(const AttentionMetadata& md, int64_t num_tokens, int64_t num_kv) {
+// num_kv: the kv rows given; the ranges must cover them all, or with `kv_capacity` fit in them.
+void check_metadata(const AttentionMetadata& md, int64_t num_tokens, int64_t num_kv, bool kv_capacity = false) {
   int64_t n = md.num_seqs;
   check_i32(md.seq_lens, n, "attention seq_lens");
   check_i32(md.query_start, n + 1, "attention query_start");
@@ -19,7 +20,8 @@ void check_metadata(const AttentionMetadata& md, int64_t num_tokens, int64_t num
                 *sl = md.seq_lens.data<int32_t>();
   MLA_CHECK(qs[0] == 0 && qs[n] == num_tokens, "attention: queries of the seqs cover {} of {} tokens", qs[n],
             num_tokens);
-  MLA_CHECK(ks[0] == 0 && ks[n] == num_kv, "attention: kv ranges cover {} of {} rows", ks[n], num_kv);
+  MLA_CHECK(ks[0] == 0 && (ks[n] == num_kv || (kv_capacity && ks[n] <= num_kv)),
+            "attention: kv ranges cover {} of {} rows", ks[n], num_kv);
   for (int64_t s = 0; s < n; ++s) {
     MLA_CHECK(ks[s + 1] - ks[s] == sl[s], "attention: seq {} has {} kv rows for a length of {}", s, ks[s + 1] - ks[s],
               sl[s]);
@@ -107,10 +109,10 @@ void CpuBackend::mla_decode(const Tensor& q, const Tensor& cache, float kv_scale
   MLA_CHECK(cache.ndim() == 2 && cache.size(1) == D && cache.is_contiguous(),
             "mla_decode: cache {} for latent queries of {}", cache.describe(), D);
   check_i32(md.kv_indices, md.kv_indices.numel(), "mla_decode kv_indices");
-  check_metadata(md, T, md.kv_indices.numel());
+  check_metadata(md, T, md.kv_indices.numel(), /*kv_capacity=*/true);
   auto places = place_queries(md, T);
   const int32_t *ks = md.kv_start.data<int32_t>(), *slots = md.kv_indices.data<int32_t>();
-  for (int64_t i = 0; i < md.kv_indices.numel(); ++i)
+  for (int64_t i = 0; i < ks[md.num_seqs]; ++i)
     MLA_CHECK(slots[i] >= 0 && slots[i] < N, "mla_decode: slot {} outside the pool of {}", slots[i], N);
   // Latent rows are read once per (query, key) pair; converting the cache rows of each seq to
   // fp32 (times kv_scale) first keeps the inner loops simple for any cache dtype, FP8 included.

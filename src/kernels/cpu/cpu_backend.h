@@ -6,7 +6,7 @@
 
 namespace mlaserve::cpu {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   Device device() const override { return Device::CPU; }
   const char* name() const override { return "cpu"; }

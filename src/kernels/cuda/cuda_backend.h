@@ -41,9 +41,7 @@ class CudaBackend final : public Backend {
 
   void copy_from_host(const Tensor& host, Tensor& dst) override;  // cuda_backend_graphs.cc
   bool supports_graphs() const override { return true; }
-  void begin_capture() override;
-  std::unique_ptr<BackendGraph> end_capture() override;
-  void abort_capture() override;
+  std::unique_ptr<BackendGraph> capture(const std::function<void()>& work) override;
   uint64_t graph_pool_bytes() const override;
 
   // Host <-> device copies of whole tensors, dtype kept.

@@ -45,17 +45,24 @@ void CudaBackend::copy_from_host(const Tensor& host, Tensor& dst) {
   CUDA_CHECK(cudaEventRecord(staging_free_, stream_));
 }
 
-void CudaBackend::begin_capture() {
+std::unique_ptr<BackendGraph> CudaBackend::capture(const std::function<void()>& work) {
   allocator_->use_graph_pool(true);
   // Relaxed: the allocator may cudaMalloc new blocks for the graph pool while capturing.
   cudaError_t err = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
   if (err != cudaSuccess) allocator_->use_graph_pool(false);
   CUDA_CHECK(err);
-}
-
-std::unique_ptr<BackendGraph> CudaBackend::end_capture() {
   cudaGraph_t graph = nullptr;
-  cudaError_t err = cudaStreamEndCapture(stream_, &graph);
+  try {
+    work();
+  } catch (...) {
+    // Leave capture mode; the capture may have been invalidated, then there is no graph to drop.
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    allocator_->use_graph_pool(false);
+    throw;
+  }
+  err = cudaStreamEndCapture(stream_, &graph);
   allocator_->use_graph_pool(false);
   CUDA_CHECK(err);
   cudaGraphExec_t exec = nullptr;
@@ -63,18 +70,6 @@ std::unique_ptr<BackendGraph> CudaBackend::end_capture() {
   cudaGraphDestroy(graph);
   CUDA_CHECK(err);
   return std::make_unique<CudaGraph>(exec, stream_);
-}
-
-void CudaBackend::abort_capture() {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  cudaStreamIsCapturing(stream_, &status);
-  if (status != cudaStreamCaptureStatusNone) {
-    cudaGraph_t graph = nullptr;
-    cudaStreamEndCapture(stream_, &graph);  // fails when the capture was invalidated: nothing to keep
-    if (graph) cudaGraphDestroy(graph);
-  }
-  cudaGetLastError();
-  allocator_->use_graph_pool(false);
 }
 
 uint64_t CudaBackend::graph_pool_bytes() const { return allocator_->graph_pool_bytes(); }
