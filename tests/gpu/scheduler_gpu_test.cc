@@ -8,15 +8,10 @@
 
 #include "engine/scheduler.h"
 #include "model/load_model.h"
+#include "../common/scheduler_prompts.h"
 
 namespace mlaserve {
 namespace {
-
-std::vector<int32_t> prompt_of(int i, int len) {
-  std::vector<int32_t> p;
-  for (int t = 0; t < len; ++t) p.push_back(2 + (i * 37 + t * 11 + (t % 5) * 3) % 500);
-  return p;
-}
 
 std::map<int, std::vector<int32_t>> serve_greedy(SchedulerConfig cfg, const std::vector<std::vector<int32_t>>& prompts,
                                                  int max_new, const std::vector<int>& graph_sizes = {}) {
@@ -57,15 +52,7 @@ std::map<int, std::vector<int32_t>> serve_greedy(SchedulerConfig cfg, const std:
 }
 
 std::vector<std::vector<int32_t>> prompts() {
-  std::vector<std::vector<int32_t>> p;
-  auto common = prompt_of(99, 48);
-  for (int i = 0; i < 10; ++i) {
-    auto q = common;
-    auto tail = prompt_of(i, 3 + 7 * i);
-    q.insert(q.end(), tail.begin(), tail.end());
-    p.push_back(q);
-  }
-  return p;
+  return testing::shared_prefix_prompts(48, 10, [](int i) { return 3 + 7 * i; });
 }
 
 TEST(SchedulerOnCuda, OverlapScheduleGivesTheSameGreedyTokens) {

@@ -7,6 +7,7 @@
 
 #include "engine/scheduler.h"
 #include "model/load_model.h"
+#include "../common/scheduler_prompts.h"
 #include "test_paths.h"
 
 namespace mlaserve {
@@ -20,11 +21,7 @@ struct RunResult {
   EngineStats stats;
 };
 
-std::vector<int32_t> prompt_of(int i, int len) {
-  std::vector<int32_t> p;
-  for (int t = 0; t < len; ++t) p.push_back(2 + (i * 37 + t * 11 + (t % 5) * 3) % 500);
-  return p;
-}
+using testing::prompt_of;
 
 class SchedulerTest : public ::testing::Test {
  protected:
@@ -74,14 +71,7 @@ class SchedulerTest : public ::testing::Test {
 };
 
 std::vector<std::vector<int32_t>> shared_prefix_prompts() {
-  std::vector<std::vector<int32_t>> prompts;
-  auto common = prompt_of(99, 40);
-  for (int i = 0; i < 6; ++i) {
-    auto p = common;
-    auto tail = prompt_of(i, 5 + 3 * i);
-    p.insert(p.end(), tail.begin(), tail.end());
-    prompts.push_back(p);
-  }
+  auto prompts = testing::shared_prefix_prompts(40, 6, [](int i) { return 5 + 3 * i; });
   prompts.push_back(prompt_of(7, 3));
   prompts.push_back(prompt_of(8, 1));
   return prompts;
