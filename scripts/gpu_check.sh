@@ -38,7 +38,7 @@ if [ "$model_bench" = 1 ]; then
   # 4 layers (1 dense + 3 MoE), with CUDA graphs, and V2-Lite eager beside them.
   mb() { build-gpu/mlaserve --log-level warning bench-one-batch --device cuda --input-len 256 --output-len 32 \
            --result-filename "$out/one_batch.jsonl" "$@" 2>&1 | tee -a "$out/one_batch.txt"; }
-  mb --model deepseek-v2-lite --batch-size 1 8 32 128
+  mb --model deepseek-v2-lite --batch-size 1 8 32 64 128
   mb --model deepseek-v2-lite --batch-size 1 8 --disable-cuda-graph
   mb --model deepseek-v3 --num-layers 4 --batch-size 1 8 32
 fi

@@ -242,7 +242,7 @@ int64_t random_routing(int64_t T, int64_t k, int64_t E, uint64_t seed, Tensor& i
 }
 
 // V2-Lite routed experts: 64 x (gate, up [1408, 2048], down [2048, 1408]) BF16, top-6. Floors:
-// decode (T <= 64), the bytes of the experts the batch touches (3 * I * H * 2 each, averaged over
+// T <= 128, the bytes of the experts the batch touches (3 * I * H * 2 each, averaged over
 // 8 rotating random routings) over the copy bandwidth; T = 4096, 2 * T * k * 3 * I * H FLOPs over
 // the GEMM rate. Router rows: logits read and ids + weights written.
 void bench_moe(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn& flop_row) {
@@ -253,47 +253,66 @@ void bench_moe(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn&
     experts.push_back({{filled_bf16({I, H}, uint64_t(3 * e + 11)), {}},
                        {filled_bf16({I, H}, uint64_t(3 * e + 12)), {}},
                        {filled_bf16({H, I}, uint64_t(3 * e + 13)), {}}});
-  for (int64_t T : {1, 4, 16, 64, 4096}) {
+  cuda::MoeRunner& runner = gpu.moe_runner();
+  const int default_max_pairs = runner.decode_max_pairs;
+  const bool default_grouped = runner.grouped_gemm;
+  // A path of the MoeRunner: decode kernels, grouped GEMM, per-expert cuBLASLt GEMMs.
+  auto use_path = [&](const char* path) {
+    runner.decode_max_pairs = std::string(path) == "decode" ? cuda::kMoeDecodeMaxPairs : 0;
+    runner.grouped_gemm = std::string(path) == "grouped";
+  };
+  for (int64_t T : {1, 4, 8, 16, 32, 64, 128, 4096}) {
     std::vector<Tensor> ids(n_sets), w(n_sets);
     double touched = 0;
     for (int64_t s = 0; s < n_sets; ++s) touched += double(random_routing(T, k, E, 1000 * T + s, ids[s], w[s]));
     touched /= double(n_sets);
     Tensor x = filled_bf16({T, H}, 21), out = gpu.empty(DType::BF16, {T, H});
-    double ms = time_ms([&](int i) { gpu.moe_experts(x, ids[i % n_sets], w[i % n_sets], experts, out); },
-                        T >= 1024 ? 30 : 200, 10);
     std::string shape = fmt::format("T={} E=64 k=6 ({:.1f} touched)", T, touched);
-    double bytes = touched * expert_bytes + 2.0 * T * H * 2;
-    if (T <= 64)
-      mem_row("moe_experts v2-lite", shape, ms, bytes);
-    else
-      flop_row("moe_experts v2-lite", shape, ms, 2.0 * T * k * 3 * I * H, bytes);
-    if (T > 64) {
-      // The same through the grouped expert GEMM (no host sync).
-      gpu.moe_runner().grouped_gemm = true;
-      ms = time_ms([&](int i) { gpu.moe_experts(x, ids[i % n_sets], w[i % n_sets], experts, out); }, 30, 10);
-      gpu.moe_runner().grouped_gemm = false;
-      flop_row("moe_experts grouped", shape, ms, 2.0 * T * k * 3 * I * H, bytes);
-      continue;
+    const double bytes = touched * expert_bytes + 2.0 * T * H * 2, flops = 2.0 * T * k * 3 * I * H;
+    auto row = [&](const std::string& name, double ms) {
+      if (T <= 128)
+        mem_row(name, shape, ms, bytes);
+      else
+        flop_row(name, shape, ms, flops, bytes);
+    };
+    runner.decode_max_pairs = default_max_pairs;
+    runner.grouped_gemm = default_grouped;
+    row("moe_experts v2-lite", time_ms([&](int i) { gpu.moe_experts(x, ids[i % n_sets], w[i % n_sets], experts, out); },
+                                       T >= 1024 ? 30 : 200, 10));
+    for (const char* path : {"decode", "grouped", "per-expert"}) {
+      if (std::string(path) == "decode" && T * k > cuda::kMoeDecodeMaxPairs) continue;
+      use_path(path);
+      if (std::string(path) == "per-expert") {  // waits on the host: eager only
+        if (T > 64)
+          row("moe_experts per-expert", time_ms([&](int i) {
+                gpu.moe_experts(x, ids[i % n_sets], w[i % n_sets], experts, out);
+              }, 30, 10));
+        continue;
+      }
+      // As a CUDA graph replays it (no per-call host work between kernels): the 8 routings
+      // captured back to back, like 8 layers; time per layer.
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      try {
+        CUDA_CHECK(cudaStreamBeginCapture(gpu.stream(), cudaStreamCaptureModeRelaxed));
+        for (int64_t s = 0; s < n_sets; ++s) gpu.moe_experts(x, ids[s], w[s], experts, out);
+        CUDA_CHECK(cudaStreamEndCapture(gpu.stream(), &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        double gms =
+            time_ms([&](int) { CUDA_CHECK(cudaGraphLaunch(exec, gpu.stream())); }, T >= 1024 ? 10 : 50, 5) /
+            double(n_sets);
+        row(fmt::format("moe_experts graph {}", path), gms);
+      } catch (const std::exception& e) {
+        std::printf("moe_experts graph capture failed: %s\n", e.what());
+        cudaStreamEndCapture(gpu.stream(), &graph);
+        cudaGetLastError();
+      }
+      if (exec) cudaGraphExecDestroy(exec);
+      if (graph) cudaGraphDestroy(graph);
     }
-    // The decode path as a CUDA graph replays it (no per-call host work between kernels): the 8
-    // routings captured back to back, like 8 layers; time per layer.
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    try {
-      CUDA_CHECK(cudaStreamBeginCapture(gpu.stream(), cudaStreamCaptureModeRelaxed));
-      for (int64_t s = 0; s < n_sets; ++s) gpu.moe_experts(x, ids[s], w[s], experts, out);
-      CUDA_CHECK(cudaStreamEndCapture(gpu.stream(), &graph));
-      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      double gms = time_ms([&](int) { CUDA_CHECK(cudaGraphLaunch(exec, gpu.stream())); }, 50, 5) / double(n_sets);
-      mem_row("moe_experts graph", shape, gms, bytes);
-    } catch (const std::exception& e) {
-      std::printf("moe_experts graph capture failed: %s\n", e.what());
-      cudaStreamEndCapture(gpu.stream(), &graph);
-      cudaGetLastError();
-    }
-    if (exec) cudaGraphExecDestroy(exec);
-    if (graph) cudaGraphDestroy(graph);
   }
+  runner.decode_max_pairs = default_max_pairs;
+  runner.grouped_gemm = default_grouped;
   struct RouteCase {
     const char* name;
     MoeRouting r;
@@ -348,9 +367,14 @@ void bench_sampling(cuda::CudaBackend& gpu, const MemRowFn& mem_row) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path;
-  for (int i = 1; i + 1 < argc; ++i)
+  // --json FILE: the rows as JSON too; --only GROUP (rows, linear, mla_prefill, mla_absorb,
+  // mla_decode, moe, sampling): run only that group, after the two ceilings.
+  std::string json_path, only;
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--json") json_path = argv[i + 1];
+    if (std::string(argv[i]) == "--only") only = argv[i + 1];
+  }
+  auto run = [&](const char* group) { return only.empty() || only == group; };
   cuda::CudaBackend gpu;
   g_gpu = &gpu;
   cudaDeviceProp prop;
@@ -387,6 +411,7 @@ int main(int argc, char** argv) {
 
   // RMSNorm and add+RMSNorm over a hidden state: 4 rotating sets of 16k x 7168 (235 MB each).
   for (int64_t D : {2048, 7168}) {
+    if (!run("rows")) break;
     int64_t T = 16384;
     std::vector<Tensor> xs, outs, res;
     for (int i = 0; i < 4; ++i) {
@@ -410,6 +435,7 @@ int main(int argc, char** argv) {
   };
   for (Lin l : std::vector<Lin>{{"v3.q_b", 24576, 1536}, {"v3.kv_a", 576, 7168}, {"v3.o", 7168, 16384},
                                {"v3.dense_gate_up", 36864, 7168}, {"v2lite.q", 3072, 2048}}) {
+    if (!run("linear")) break;
     int n_sets = int(std::max<int64_t>(1, std::min<int64_t>(8, (int64_t(200) << 20) / (l.N * l.K * 2) + 1)));
     std::vector<Tensor> ws;
     for (int i = 0; i < n_sets; ++i) ws.push_back(random_bf16({l.N, l.K}, 100 + i, 0.02f));
@@ -421,11 +447,11 @@ int main(int argc, char** argv) {
     }
   }
 
-  bench_mla_prefill(gpu, flop_row);
-  bench_mla_absorb(gpu, flop_row);
-  bench_mla_decode(gpu, mem_row, flop_row);
-  bench_moe(gpu, mem_row, flop_row);
-  bench_sampling(gpu, mem_row);
+  if (run("mla_prefill")) bench_mla_prefill(gpu, flop_row);
+  if (run("mla_absorb")) bench_mla_absorb(gpu, flop_row);
+  if (run("mla_decode")) bench_mla_decode(gpu, mem_row, flop_row);
+  if (run("moe")) bench_moe(gpu, mem_row, flop_row);
+  if (run("sampling")) bench_sampling(gpu, mem_row);
 
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   std::printf("copy bandwidth (read+write): %.2f TB/s; dense BF16 GEMM 8192^3: %.0f TFLOP/s\n", copy_bw / 1e12,

@@ -5,6 +5,7 @@
 #include "gpu_test_util.h"
 
 #include "engine/model_runner.h"
+#include "kernels/cuda/moe_experts.h"
 #include "model/load_model.h"
 
 namespace mlaserve {
@@ -16,12 +17,15 @@ struct Pair {
   std::unique_ptr<ModelRunner> graphs, eager;
 };
 
-Pair make_runners(const std::vector<int>& sizes) {
+// grouped: the MoE prefill path through the grouped GEMM (capturable) or per-expert GEMMs (not).
+Pair make_runners(const std::vector<int>& sizes, bool grouped = true) {
   std::string dir = std::string(MLASERVE_SOURCE_DIR) + "/tests/fixtures/models/v3_mla_dims";
   LoadedModel a = load_model({.model = dir}), b = load_model({.model = dir});
   Pair p;
   p.graphs = std::make_unique<ModelRunner>(make_backend("cuda"), a.config, std::move(a.weights), 1024, DType::BF16);
   p.eager = std::make_unique<ModelRunner>(make_backend("cuda"), b.config, std::move(b.weights), 1024, DType::BF16);
+  for (ModelRunner* r : {p.graphs.get(), p.eager.get()})
+    dynamic_cast<cuda::CudaBackend&>(r->backend()).moe_runner().grouped_gemm = grouped;
   p.graphs->capture_decode_graphs(sizes);
   return p;
 }
@@ -30,10 +34,11 @@ Pair make_runners(const std::vector<int>& sizes) {
 std::vector<SequenceInput> prefill(Pair& p, int n) {
   std::vector<SequenceInput> seqs(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    int len = 5 + 9 * i;
+    // Up to 8 sequences: long ones 100 slots apart; more: short ones 10 apart (a few decode steps).
+    int len = n <= 8 ? 5 + 9 * i : 2 + i % 5, base = 1000 - (n <= 8 ? 100 : 10) * i;
     for (int t = 0; t < len; ++t) {
       seqs[size_t(i)].new_tokens.push_back(int32_t(3 + (i * 31 + t * 7) % 500));
-      seqs[size_t(i)].slots.push_back(int32_t(1000 - 100 * i - t));
+      seqs[size_t(i)].slots.push_back(int32_t(base - t));
     }
   }
   Tensor want = p.eager->backend().to_host(p.eager->forward(seqs));
@@ -71,11 +76,18 @@ TEST(DecodeGraphs, CapturedSizeGivesTheEagerLogits) {
 }
 
 TEST(DecodeGraphs, SizesWhoseForwardCannotBeCapturedAreLeftEager) {
-  // 400 sequences at top-4 are 1600 token-expert pairs: the MoE takes its sorted path, which waits
-  // on the host, so that size is not captured; the others are.
-  Pair p = make_runners({2, 400});
+  // 400 sequences at top-4 are 1600 token-expert pairs: the MoE takes its sorted path, whose
+  // per-expert GEMMs wait on the host, so that size is not captured; the others are.
+  Pair p = make_runners({2, 400}, /*grouped=*/false);
   EXPECT_EQ(p.graphs->decode_graph_sizes(), (std::vector<int>{2}));
   EXPECT_EQ(decode(p, prefill(p, 2), 3), 0.0);
+}
+
+TEST(DecodeGraphs, LargeBatchesAreCapturedThroughTheGroupedGemm) {
+  // 100 sequences at top-4: 400 pairs, past the decode kernels, so the grouped GEMM in the graph.
+  Pair p = make_runners({100});
+  ASSERT_EQ(p.graphs->decode_graph_sizes(), (std::vector<int>{100}));
+  EXPECT_EQ(decode(p, prefill(p, 100), 3), 0.0);
 }
 
 TEST(DecodeGraphs, PaddedBatchesAgreeAndLargerOnesRunEagerly) {

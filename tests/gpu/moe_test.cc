@@ -77,6 +77,12 @@ TEST_F(Moe, ExpertsMatchTheReference) {
   std::vector<ExpertsCase> cases = {{16, 6, 2048, 1408, {1, 5, 16, 200}},
                                     {64, 6, 256, 128, {3, 64, 300}},
                                     {256, 8, 128, 64, {2, 37, 500}}};
+  cuda::MoeRunner& runner = gpu.moe_runner();
+  const int default_max_pairs = runner.decode_max_pairs;
+  const bool default_grouped = runner.grouped_gemm;
+  // Each size through each path: the decode kernels (if the pairs fit them), and the sorted path
+  // with the per-expert cuBLASLt GEMMs or the grouped GEMM.
+  enum class Path { decode, per_expert, grouped };
   for (const ExpertsCase& c : cases) {
     std::vector<GatedMlpWeights> host, dev;
     for (int64_t e = 0; e < c.E; ++e) {
@@ -88,10 +94,7 @@ TEST_F(Moe, ExpertsMatchTheReference) {
       dev.push_back({{dev_bf16(g), {}}, {dev_bf16(u), {}}, {dev_bf16(d), {}}});
     }
     for (int64_t T : c.tokens)
-      for (bool grouped : {false, true})  // the prefill path (T * k > 384) with per-expert or grouped GEMMs
       for (bool strided : {false, true}) {
-        if (grouped && T * c.k <= gpu.moe_runner().decode_max_pairs) continue;  // decode path: no GEMMs
-        gpu.moe_runner().grouped_gemm = grouped;
         // strided: x is the first H columns of wider rows, as a narrow() view
         int64_t width = strided ? c.H + 64 : c.H;
         Tensor xw = random_f32({T, width}, seed + T + width);
@@ -100,21 +103,27 @@ TEST_F(Moe, ExpertsMatchTheReference) {
         Tensor want = Tensor::empty(DType::F32, {T, c.H});
         cpu->moe_experts(xw.narrow(1, 0, c.H), ids, w, host, want);
         Tensor xd = dev_bf16(xw), ids_d = gpu.to_device(ids), w_d = gpu.to_device(w);
-        Tensor out = poisoned(gpu, DType::BF16, {T, c.H});
-        gpu.moe_experts(xd.narrow(1, 0, c.H), ids_d, w_d, dev, out);
-        Tensor got = gpu.to_host(out);
-        double err = rel_l2(got, want);
-        EXPECT_LE(err, 1e-2) << "E=" << c.E << " H=" << c.H << " I=" << c.I << " T=" << T << " strided=" << strided
-                             << " grouped=" << grouped;
-        worst = std::max(worst, err);
-        // Deterministic: a second run gives the same bits.
-        Tensor again = poisoned(gpu, DType::BF16, {T, c.H});
-        gpu.moe_experts(xd.narrow(1, 0, c.H), ids_d, w_d, dev, again);
-        Tensor got2 = gpu.to_host(again);
-        EXPECT_EQ(std::memcmp(got.raw(), got2.raw(), got.nbytes()), 0) << "E=" << c.E << " T=" << T;
+        for (Path path : {Path::decode, Path::per_expert, Path::grouped}) {
+          if (path == Path::decode && T * c.k > cuda::kMoeDecodeMaxPairs) continue;
+          runner.decode_max_pairs = path == Path::decode ? cuda::kMoeDecodeMaxPairs : 0;
+          runner.grouped_gemm = path == Path::grouped;
+          Tensor out = poisoned(gpu, DType::BF16, {T, c.H});
+          gpu.moe_experts(xd.narrow(1, 0, c.H), ids_d, w_d, dev, out);
+          Tensor got = gpu.to_host(out);
+          double err = rel_l2(got, want);
+          EXPECT_LE(err, 1e-2) << "E=" << c.E << " H=" << c.H << " I=" << c.I << " T=" << T
+                               << " strided=" << strided << " path=" << int(path);
+          worst = std::max(worst, err);
+          // Deterministic: a second run gives the same bits.
+          Tensor again = poisoned(gpu, DType::BF16, {T, c.H});
+          gpu.moe_experts(xd.narrow(1, 0, c.H), ids_d, w_d, dev, again);
+          Tensor got2 = gpu.to_host(again);
+          EXPECT_EQ(std::memcmp(got.raw(), got2.raw(), got.nbytes()), 0) << "E=" << c.E << " T=" << T;
+        }
       }
-    gpu.moe_runner().grouped_gemm = false;
   }
+  runner.decode_max_pairs = default_max_pairs;
+  runner.grouped_gemm = default_grouped;
 }
 
 }  // namespace

@@ -132,15 +132,6 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
   auto dptr = static_cast<const void* const*>(tb.dev.get());
   bool decode = P <= decode_max_pairs && P <= kMoeDecodeMaxPairs && E <= 256 && H % 8 == 0 && I % 8 == 0 &&
                 x_ld % 8 == 0 && aligned16(x) && tb.aligned;
-  // The sorted path's per-expert GEMMs need the counts on the host, which a CUDA graph cannot wait
-  // for (the grouped GEMM reads them on the device). (The decode kernels could take up to kMoeDecodeMaxPairs inside a graph, but past
-  // decode_max_pairs they are slower than the eager sorted path: measured 46.7 vs 39.1 ms a
-  // V2-Lite step at 128 tokens on an H200.)
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  MLA_CHECK(decode || grouped_gemm || capture == cudaStreamCaptureStatusNone,
-            "moe_experts: {} token-expert pairs need the sorted path, which waits on the host and so cannot run "
-            "inside a CUDA graph (the graph kernels take at most {})", P, decode_max_pairs);
   if (decode) {
     MoeDecodeParams p{x, x_ld, ids, dptr, dptr + E, dptr + 2 * E,
                       st_->act.ensure(size_t(P) * I * 2), static_cast<float*>(st_->y.ensure(size_t(P) * H * 4)),
@@ -159,10 +150,13 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
   if (grouped_gemm && run_grouped(dptr, E, x, x_ld, weights, w_ld, T, k, H, I, offsets, sorted, pos, out, out_ld,
                                   stream))
     return;
-  // Per-expert GEMMs: the host needs the counts to size them.
+  // Per-expert GEMMs: the host needs the counts to size them, which a CUDA graph cannot wait for
+  // (the decode kernels and the grouped GEMM read them on the device).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   MLA_CHECK(capture == cudaStreamCaptureStatusNone,
-            "moe_experts: H={} I={} do not fit the grouped GEMM, and the per-expert path cannot run inside a CUDA "
-            "graph", H, I);
+            "moe_experts: {} token-expert pairs at H={} I={} take the per-expert GEMMs (grouped GEMM {}), which "
+            "wait on the host and so cannot run inside a CUDA graph", P, H, I, grouped_gemm ? "does not fit" : "off");
   CUDA_CHECK(cudaMemcpyAsync(st_->host_offsets, offsets, size_t(E + 1) * 4, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   const int32_t* off = st_->host_offsets;

@@ -4,11 +4,12 @@
 //  - decode (few tokens): two weight-streaming kernels over the touched experts only, each
 //    expert's rows read once for all of its tokens (gate/up + SiLU fused, then down), and a
 //    deterministic combine per token in slot order. No host sync, so it can be graph-captured.
-//  - prefill (many tokens): an on-device counting sort of the (token, slot) pairs by expert,
-//    a gather of the rows, cuBLASLt GEMMs per expert (spread over a few streams), SiLU-and-mul,
-//    and the same combine through the pair -> sorted position map. With `grouped_gemm` the
-//    GEMMs are instead two grouped launches (moe_grouped_gemm.h) that read the per-expert row
-//    counts on the device: no host sync.
+//  - sorted (more tokens): an on-device counting sort of the (token, slot) pairs by expert, a
+//    gather of the rows, the expert GEMMs, SiLU-and-mul, and the same combine through the pair ->
+//    sorted position map. The GEMMs are two grouped launches (moe_grouped_gemm.h) that read the
+//    per-expert row counts on the device, so decode batches of any size can be graph-captured;
+//    shapes the grouped GEMM does not take (or `grouped_gemm` off) use cuBLASLt GEMMs per expert,
+//    spread over a few streams, after a host sync for the counts.
 // Expert weights are read through device arrays of per-expert pointers (no stacked copy).
 #pragma once
 
@@ -67,8 +68,8 @@ class MoeRunner {
     std::vector<const void*> gate, up, down;
   };
   // x [T, H], ids [T, k], weights [T, k] (row stride w_ld), out [T, H]; all device pointers.
-  // Decode kernels run when T * k <= decode_max_pairs and the rows are 16-byte aligned; only they
-  // can run inside a CUDA graph.
+  // Decode kernels run when T * k <= decode_max_pairs and the rows are 16-byte aligned; they and
+  // the grouped GEMM can run inside a CUDA graph, the per-expert GEMMs cannot.
   void run(const Experts& experts, const void* x, int64_t x_ld, const int32_t* ids, const float* weights,
            int64_t w_ld, int32_t T, int32_t k, int32_t H, int32_t I, void* out, int64_t out_ld, GemmRunner& gemm,
            cudaStream_t stream);
@@ -77,10 +78,12 @@ class MoeRunner {
   // re-validating the weights.
   bool knows(const Experts& experts, int32_t H, int32_t I) const;
 
-  int decode_max_pairs = 384;  // T <= 64 at top-6
-  // Prefill through the grouped GEMM. Off until it is measured against the per-expert cuBLASLt
-  // path on a GPU (written 2026-11-22 without device time left to run it).
-  bool grouped_gemm = false;
+  // Past 8 tokens at V2-Lite shapes the grouped GEMM is faster than the decode kernels (in a graph
+  // on an H200, 2026-11-22: 0.344 vs 0.392 ms at 16 tokens, 0.410 vs 1.031 at 64; equal at 8).
+  int decode_max_pairs = 48;
+  // Prefill through the grouped GEMM (no host sync, so graph-capturable); the per-expert cuBLASLt
+  // path remains for shapes it does not take.
+  bool grouped_gemm = true;
   int num_streams = 4;         // prefill: experts' GEMMs spread over this many streams
 
  private:
