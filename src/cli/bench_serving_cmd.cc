@@ -62,6 +62,8 @@ struct Outcome {
 std::vector<Job> make_jobs(const BenchArgs& a) {
   std::mt19937_64 rng(a.seed);
   std::vector<Job> jobs;
+  MLA_CHECK(a.dataset_path.empty() || a.dataset_name == "sharegpt",
+            "--dataset-path is read only with --dataset-name sharegpt (the dataset is '{}')", a.dataset_name);
   if (a.dataset_name == "random") {
     auto len = [&](int full) {
       int lo = std::max(1, int(full * a.random_range_ratio));
@@ -86,17 +88,42 @@ std::vector<Job> make_jobs(const BenchArgs& a) {
   json data = json::parse(in, nullptr, false);
   MLA_CHECK(data.is_array(), "'{}' is not a ShareGPT JSON list", a.dataset_path);
   std::shuffle(data.begin(), data.end(), rng);
-  for (const json& conv : data) {
-    if (int(jobs.size()) >= a.num_prompts) break;
-    auto turns = conv.value("conversations", json::array());
-    if (turns.size() < 2 || !turns[0].contains("value") || !turns[1].contains("value")) continue;
-    Job j;
-    std::string prompt = turns[0]["value"], reply = turns[1]["value"];
-    // The reply's length in tokens is estimated at 4 bytes a token (it only sets max_new_tokens);
-    // the prompt's is what the server reports.
-    j.output_len = std::max(4, int(reply.size() / 4));
-    j.prompt = {{"text", prompt}};
-    jobs.push_back(std::move(j));
+  // As sglang.bench_serving: the first turn is the prompt, the second's length in tokens sets
+  // max_new_tokens; conversations with fewer than 4 tokens either way, a prompt over 1024 or both
+  // over 2048 are skipped. Lengths come from the server's tokenizer, in batches.
+  httplib::Client cli(a.host, a.port);
+  cli.set_read_timeout(600, 0);
+  auto token_counts = [&](const json& texts, bool special) {
+    httplib::Headers headers;
+    if (!a.api_key.empty()) headers.emplace("Authorization", "Bearer " + a.api_key);
+    auto res = cli.Post("/tokenize", headers, json{{"prompt", texts}, {"add_special_tokens", special}}.dump(),
+                        "application/json");
+    MLA_CHECK(res && res->status == 200, "bench-serving: /tokenize on {}:{} failed ({})", a.host, a.port,
+              res ? std::to_string(res->status) : httplib::to_string(res.error()));
+    return json::parse(res->body)["count"];
+  };
+  for (size_t begin = 0; begin < data.size() && int(jobs.size()) < a.num_prompts; begin += 256) {
+    json prompts = json::array(), replies = json::array();
+    for (size_t i = begin; i < std::min(data.size(), begin + 256); ++i) {
+      auto turns = data[i].value("conversations", json::array());
+      if (turns.size() < 2 || !turns[0].contains("value") || !turns[1].contains("value") ||
+          !turns[0]["value"].is_string() || !turns[1]["value"].is_string() || turns[0]["value"] == "" ||
+          turns[1]["value"] == "")
+        continue;
+      prompts.push_back(turns[0]["value"]);
+      replies.push_back(turns[1]["value"]);
+    }
+    if (prompts.empty()) continue;
+    json in_lens = token_counts(prompts, true), out_lens = token_counts(replies, false);
+    for (size_t i = 0; i < prompts.size() && int(jobs.size()) < a.num_prompts; ++i) {
+      int in_len = in_lens[i], out_len = out_lens[i];
+      if (in_len < 4 || out_len < 4 || in_len > 1024 || in_len + out_len > 2048) continue;
+      Job j;
+      j.input_len = in_len;
+      j.output_len = out_len;
+      j.prompt = {{"text", prompts[i]}};
+      jobs.push_back(std::move(j));
+    }
   }
   MLA_CHECK(!jobs.empty(), "'{}' holds no usable conversations", a.dataset_path);
   return jobs;

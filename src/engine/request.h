@@ -60,14 +60,17 @@ class OutputChannel {
   void push(RequestOutput out);
   // Waits up to `timeout` for the next output; nullopt on timeout.
   std::optional<RequestOutput> pop(std::chrono::milliseconds timeout);
-  void cancel() { cancelled_.store(true); }
-  bool cancelled() const { return cancelled_.load(); }
+  // The reader stops the request: Abort (the client left) or Stop (it matched a stop string, which
+  // only the reader's detokenizer sees). The scheduler finishes it with that reason.
+  void cancel(FinishReason why = FinishReason::Abort) { cancelled_.store(why); }
+  bool cancelled() const { return cancelled_.load() != FinishReason::None; }
+  FinishReason cancel_reason() const { return cancelled_.load(); }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestOutput> queue_;
-  std::atomic<bool> cancelled_{false};
+  std::atomic<FinishReason> cancelled_{FinishReason::None};
 };
 
 struct Request {

@@ -137,11 +137,15 @@ void Scheduler::take_new_requests() {
     s->prompt_len = int64_t(r->input_ids.size());
     s->seed = r->params.seed ? *r->params.seed : std::random_device{}();
     s->req = std::move(r);
-    if (s->tokens.empty() || s->prompt_len >= config_.context_length) {
+    // With its first output token, the prompt must fit the context and, alone, the KV pool.
+    int64_t pool = allocator_.num_slots();
+    if (s->tokens.empty() || s->prompt_len >= config_.context_length || s->prompt_len + 1 > pool) {
       RequestOutput out;
       out.finish = FinishReason::Abort;
-      out.error = fmt::format("prompt of {} tokens does not fit the context of {}", s->prompt_len,
-                              config_.context_length);
+      out.error = s->prompt_len >= config_.context_length
+                      ? fmt::format("prompt of {} tokens does not fit the context of {}", s->prompt_len,
+                                    config_.context_length)
+                      : fmt::format("prompt of {} tokens does not fit the KV pool of {} tokens", s->prompt_len, pool);
       s->req->output->push(std::move(out));
       continue;
     }
@@ -151,10 +155,10 @@ void Scheduler::take_new_requests() {
 
 void Scheduler::drop_cancelled() {
   for (auto& s : waiting_)
-    if (s->req->output->cancelled()) finish(*s, FinishReason::Abort);
+    if (s->req->output->cancelled()) finish(*s, s->req->output->cancel_reason());
   std::erase_if(waiting_, [](auto& s) { return s->done; });
   for (auto& s : running_)
-    if (s->req->output->cancelled()) finish(*s, FinishReason::Abort);
+    if (s->req->output->cancelled()) finish(*s, s->req->output->cancel_reason());
   std::erase_if(running_, [](auto& s) { return s->done; });
 }
 
@@ -210,9 +214,8 @@ bool Scheduler::admit(Sequence& s, int64_t budget, bool first_in_batch) {
   if (!chunking) n = s.pending();
   if (ok) {
     // Keep room for the running requests' next tokens, so admitting does not force retraction.
-    int64_t page = config_.page_size;
-    int64_t reserve = int64_t(running_.size()) * ((config_.decode_reserve_tokens + page - 1) / page);
-    int64_t available = allocator_.num_free_pages() + (cache_ ? cache_->evictable_size() / page : 0);
+    int64_t reserve = int64_t(running_.size()) * reserve_pages_per_request();
+    int64_t available = pages_available();
     int64_t need = allocator_.pages_needed(s.kv_len(), n);
     ok = need <= available && (running_.empty() || available - need >= reserve) && grow(s, n);
   }
@@ -237,14 +240,27 @@ bool Scheduler::admit(Sequence& s, int64_t budget, bool first_in_batch) {
 std::vector<Scheduler::Sequence*> Scheduler::schedule_prefill() {
   int64_t budget = config_.chunked_prefill_size > 0 ? config_.chunked_prefill_size : config_.max_prefill_tokens;
   std::vector<Sequence*> batch;
-  // Requests in the middle of a chunked prefill continue first.
-  for (auto& s : running_) {
-    if (s->prefill_done || s->done || budget <= 0) continue;
+  // Requests in the middle of a chunked prefill continue first, oldest first, leaving the
+  // decoding requests their reserve. If none decodes (nothing else could free KV), newer
+  // requests are retracted to make room; the oldest always fits alone (take_new_requests).
+  std::vector<Sequence*> chunked;
+  for (auto& s : running_)
+    if (!s->prefill_done && !s->done) chunked.push_back(s.get());
+  std::stable_sort(chunked.begin(), chunked.end(),
+                   [](Sequence* a, Sequence* b) { return a->req->arrival < b->req->arrival; });
+  for (Sequence* s : chunked) {
+    if (budget <= 0 || s->done) break;
+    if (std::none_of(running_.begin(), running_.end(), [&](auto& r) { return r.get() == s; })) continue;  // retracted
     int64_t n = std::min(s->pending(), budget);
-    if (!grow(*s, n)) break;
+    bool decoders = num_decoding() > 0;
+    int64_t need = allocator_.pages_needed(s->kv_len(), n);
+    if (decoders && need + decode_reserve_pages() > pages_available()) break;
+    bool grown = grow(*s, n);
+    while (!grown && !decoders && retract_newest_after(*s)) grown = grow(*s, n);
+    if (!grown) break;
     s->chunk = n;
     budget -= n;
-    batch.push_back(s.get());
+    batch.push_back(s);
   }
   if (waiting_.empty() || budget <= 0) return batch;
   if (config_.policy == SchedulePolicy::Lpm && cache_ && waiting_.size() > 1) {
@@ -275,20 +291,22 @@ std::vector<Scheduler::Sequence*> Scheduler::schedule_decode() {
   std::vector<Sequence*> batch;
   for (auto& s : running_)
     if (s->prefill_done && !s->done && !s->drawn_all(config_.context_length)) batch.push_back(s.get());
-  // Out of KV: retract the latest arrivals (their progress kept) until the rest fit.
+  // Out of KV: retract the latest arrivals (their progress kept), decoding or in the middle of a
+  // chunked prefill, until the rest fit. The oldest decoding request stays: it fits alone.
   auto pages_needed = [&] {
     int64_t n = 0;
     for (Sequence* s : batch) n += allocator_.pages_needed(s->kv_len(), 1);
     return n;
   };
-  auto pages_available = [&] {
-    return allocator_.num_free_pages() + (cache_ ? cache_->evictable_size() / config_.page_size : 0);
-  };
-  while (batch.size() > 1 && pages_needed() > pages_available()) {
-    auto victim = std::max_element(batch.begin(), batch.end(),
-                                   [](Sequence* a, Sequence* b) { return a->req->arrival < b->req->arrival; });
-    retract(**victim);
-    batch.erase(victim);
+  if (batch.empty()) return batch;
+  Sequence* oldest = *std::min_element(batch.begin(), batch.end(), [](Sequence* a, Sequence* b) {
+    return a->req->arrival < b->req->arrival;
+  });
+  while (pages_needed() > pages_available()) {
+    Sequence* victim = newest_running(oldest);
+    if (!victim) break;
+    retract(*victim);
+    std::erase(batch, victim);
   }
   for (Sequence* s : batch) {
     if (!grow(*s, 1)) {
@@ -313,6 +331,34 @@ void Scheduler::retract(Sequence& s) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   counters_.requests_retracted++;
+}
+
+int64_t Scheduler::pages_available() const {
+  return allocator_.num_free_pages() + (cache_ ? cache_->evictable_size() / config_.page_size : 0);
+}
+
+int64_t Scheduler::reserve_pages_per_request() const {
+  return (config_.decode_reserve_tokens + config_.page_size - 1) / config_.page_size;
+}
+
+int64_t Scheduler::num_decoding() const {
+  return std::count_if(running_.begin(), running_.end(), [](auto& s) { return s->prefill_done && !s->done; });
+}
+
+int64_t Scheduler::decode_reserve_pages() const { return num_decoding() * reserve_pages_per_request(); }
+
+Scheduler::Sequence* Scheduler::newest_running(const Sequence* except) const {
+  Sequence* newest = nullptr;
+  for (auto& s : running_)
+    if (s.get() != except && !s->done && (!newest || s->req->arrival > newest->req->arrival)) newest = s.get();
+  return newest;
+}
+
+bool Scheduler::retract_newest_after(const Sequence& s) {
+  Sequence* victim = newest_running(&s);
+  if (!victim || victim->req->arrival < s.req->arrival) return false;
+  retract(*victim);
+  return true;
 }
 
 void Scheduler::release(Sequence& s, bool keep_in_cache) {

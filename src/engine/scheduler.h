@@ -77,6 +77,15 @@ class Scheduler {
   bool admit(Sequence& s, int64_t token_budget, bool first_in_batch);
   bool grow(Sequence& s, int64_t n);
   void retract(Sequence& s);
+  // KV pages free or held only by evictable cache entries.
+  int64_t pages_available() const;
+  int64_t reserve_pages_per_request() const;
+  int64_t num_decoding() const;
+  int64_t decode_reserve_pages() const;
+  // The latest-arrived running request other than `except` (nullptr if none).
+  Sequence* newest_running(const Sequence* except) const;
+  // Retracts the newest running request if it arrived after s; false if there is none.
+  bool retract_newest_after(const Sequence& s);
   void release(Sequence& s, bool keep_in_cache = true);
   void finish(Sequence& s, FinishReason reason, int32_t stop_token = -1);
   void launch(const std::vector<Sequence*>& batch);

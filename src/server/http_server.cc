@@ -95,8 +95,10 @@ void HttpServer::add_routes() {
   s.Post("/v1/completions", wrap([this](auto& q, auto& r) { handle_completions(ctx_, q, r); }));
   s.Post("/v1/chat/completions", wrap([this](auto& q, auto& r) { handle_chat_completions(ctx_, q, r); }));
   s.Post("/generate", wrap([this](auto& q, auto& r) { handle_generate(ctx_, q, r); }));
-  s.Post("/tokenize", wrap([this](auto& q, auto& r) { handle_tokenize(ctx_, q, r); }));
-  s.Post("/detokenize", wrap([this](auto& q, auto& r) { handle_detokenize(ctx_, q, r); }));
+  for (const char* prefix : {"", "/v1"}) {
+    s.Post(std::string(prefix) + "/tokenize", wrap([this](auto& q, auto& r) { handle_tokenize(ctx_, q, r); }));
+    s.Post(std::string(prefix) + "/detokenize", wrap([this](auto& q, auto& r) { handle_detokenize(ctx_, q, r); }));
+  }
   s.Get("/v1/models", wrap([this](auto&, auto& r) {
     nlohmann::json model = {{"id", ctx_.model_name}, {"object", "model"}, {"created", 0},
                             {"owned_by", "mlaserve"}, {"root", ctx_.model_name},

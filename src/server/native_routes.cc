@@ -1,6 +1,8 @@
 // SGLang-style routes: /generate, /tokenize, /detokenize, and the generation health check.
 #include <httplib.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "server/api_error.h"
 #include "server/sse_stream.h"
@@ -74,36 +76,78 @@ void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::R
   res.set_content(dump(r.batch || r.n > 1 ? out : out[0]), "application/json");
 }
 
+// As SGLang: "prompt" is a string or a list of them (then "tokens" and "count" are lists);
+// special tokens (BOS) are added unless add_special_tokens is false.
 void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   json body = parse_json_body(req.body);
-  if (!body.is_object() || !body.contains("prompt") || !body["prompt"].is_string())
-    throw ApiError(400, "'prompt' must be a string", "prompt");
+  auto is_strings = [](const json& p) {
+    return p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_string(); });
+  };
+  if (!body.is_object() || !body.contains("prompt") || !(body["prompt"].is_string() || is_strings(body["prompt"])))
+    throw ApiError(400, "'prompt' must be a string or a list of strings", "prompt");
   for (auto it = body.begin(); it != body.end(); ++it)
     if (it.key() != "prompt" && it.key() != "add_special_tokens" && it.key() != "model")
       throw ApiError(400, "unknown field '" + it.key() + "'", it.key());
-  bool special = body.value("add_special_tokens", false);
-  std::vector<int32_t> ids;
-  try {
-    ids = ctx.tokenizer->encode(body["prompt"].get<std::string>(), special);
-  } catch (const Error& e) {
-    throw ApiError(400, e.what(), "prompt");
+  if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_boolean())
+    throw ApiError(400, "'add_special_tokens' must be a boolean", "add_special_tokens");
+  bool special = body.value("add_special_tokens", true);
+  auto encode = [&](const json& text) {
+    try {
+      return ctx.tokenizer->encode(text.get<std::string>(), special);
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), "prompt");
+    }
+  };
+  json out = {{"max_model_len", ctx.context_length}};
+  if (body["prompt"].is_string()) {
+    std::vector<int32_t> ids = encode(body["prompt"]);
+    out["tokens"] = ids;
+    out["count"] = ids.size();
+  } else {
+    out["tokens"] = json::array();
+    out["count"] = json::array();
+    for (const json& p : body["prompt"]) {
+      std::vector<int32_t> ids = encode(p);
+      out["tokens"].push_back(ids);
+      out["count"].push_back(ids.size());
+    }
   }
-  res.set_content(dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx.context_length}}),
-                  "application/json");
+  res.set_content(dump(out), "application/json");
 }
 
+// "tokens" is a list of ids or a list of such lists (then "text" is a list); special tokens are
+// skipped unless skip_special_tokens is false.
 void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   json body = parse_json_body(req.body);
   if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
-    throw ApiError(400, "'tokens' must be a list of token ids", "tokens");
-  std::vector<int32_t> ids;
-  for (auto& t : body["tokens"]) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= ctx.model.vocab_size)
-      throw ApiError(400, "'tokens' must hold token ids of this vocabulary", "tokens");
-    ids.push_back(t.get<int32_t>());
+    throw ApiError(400, "'tokens' must be a list of token ids or a list of such lists", "tokens");
+  for (auto it = body.begin(); it != body.end(); ++it)
+    if (it.key() != "tokens" && it.key() != "skip_special_tokens" && it.key() != "model")
+      throw ApiError(400, "unknown field '" + it.key() + "'", it.key());
+  if (body.contains("skip_special_tokens") && !body["skip_special_tokens"].is_boolean())
+    throw ApiError(400, "'skip_special_tokens' must be a boolean", "skip_special_tokens");
+  bool skip = body.value("skip_special_tokens", true);
+  auto decode = [&](const json& list) {
+    std::vector<int32_t> ids;
+    for (auto& t : list) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= ctx.model.vocab_size)
+        throw ApiError(400, "'tokens' must hold token ids of this vocabulary", "tokens");
+      ids.push_back(t.get<int32_t>());
+    }
+    return ctx.tokenizer->decode(ids, skip);
+  };
+  const json& tokens = body["tokens"];
+  bool nested = !tokens.empty() && tokens[0].is_array();
+  if (!nested) {
+    res.set_content(dump({{"text", decode(tokens)}}), "application/json");
+    return;
   }
-  bool skip = body.value("skip_special_tokens", false);
-  res.set_content(dump({{"text", ctx.tokenizer->decode(ids, skip)}}), "application/json");
+  json texts = json::array();
+  for (const json& list : tokens) {
+    if (!list.is_array()) throw ApiError(400, "'tokens' mixes lists and ids", "tokens");
+    texts.push_back(decode(list));
+  }
+  res.set_content(dump({{"text", texts}}), "application/json");
 }
 
 bool run_health_generate(ServerContext& ctx) {

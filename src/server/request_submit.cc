@@ -9,7 +9,7 @@ std::vector<int32_t> prompt_ids(ServerContext& ctx, const Prompt& prompt) {
   std::vector<int32_t> ids;
   if (auto* text = std::get_if<std::string>(&prompt)) {
     try {
-      ids = ctx.tokenizer->encode(*text, false);
+      ids = ctx.tokenizer->encode(*text, true);  // with BOS, as SGLang encodes text prompts
     } catch (const Error& e) {
       throw ApiError(400, std::string("the prompt cannot be tokenized: ") + e.what(), "prompt");
     }

@@ -50,7 +50,7 @@ std::optional<TextDelta> TextStream::next(std::chrono::milliseconds timeout) {
       decoded_.resize(cut);
       d.finished = true;
       d.finish = FinishReason::Stop;
-      request_->output->cancel();  // the engine stops generating for it
+      request_->output->cancel(FinishReason::Stop);  // the engine stops generating for it
       break;
     }
   }

@@ -2,7 +2,7 @@
 import openai
 import pytest
 
-from conftest import MODEL
+from conftest import MODEL, wait_idle
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,14 @@ def test_n_choices_and_seeds(client, server):
     assert greedy.choices[0].message.content == greedy.choices[1].message.content
 
 
-def test_stop_strings(client):
+def metric(server, name):
+    for line in server.get("/metrics").text.splitlines():
+        if line.startswith("mlaserve:" + name + "{"):
+            return float(line.split()[-1])
+    raise KeyError(name)
+
+
+def test_stop_strings(client, server):
     base = client.completions.create(model=MODEL, prompt="Alpha beta gamma", max_tokens=16, temperature=0)
     text = base.choices[0].text
     assert len(text) > 4
@@ -82,6 +89,13 @@ def test_stop_strings(client):
     r = client.completions.create(model=MODEL, prompt="Alpha beta gamma", max_tokens=16, temperature=0, stop=[stop])
     assert r.choices[0].finish_reason == "stop"
     assert r.choices[0].text == text[: text.index(stop)]
+    # A stop string ends the request as finished, not aborted.
+    wait_idle(server)
+    finished, aborted = metric(server, "num_requests_total"), metric(server, "num_aborted_requests_total")
+    client.completions.create(model=MODEL, prompt="Alpha beta gamma", max_tokens=16, temperature=0, stop=[stop])
+    wait_idle(server)
+    assert metric(server, "num_requests_total") == finished + 1
+    assert metric(server, "num_aborted_requests_total") == aborted
     streamed = "".join(c.choices[0].text for c in client.completions.create(
         model=MODEL, prompt="Alpha beta gamma", max_tokens=16, temperature=0, stop=stop, stream=True))
     assert streamed == r.choices[0].text

@@ -30,7 +30,7 @@ def metric(server, name):
 def test_shared_prefix_is_cached_and_outputs_unchanged(server, plain_server):
     prompts = [PREFIX + f"Question {i}: what is {i} plus {i}?" for i in range(6)]
     first = greedy(server, prompts[0])
-    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] <= 1  # at most BOS, shared by every prompt
     rest = [greedy(server, p) for p in prompts[1:]]
     for r in rest:
         assert r["usage"]["prompt_tokens_details"]["cached_tokens"] >= 60
@@ -52,22 +52,29 @@ def stream_completion(server, prompt, max_tokens, disconnect_after=None):
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
     with requests.post(server.url + "/v1/completions", json=body, stream=True, timeout=600) as r:
         assert r.status_code == 200
-        events = 0
+        events, finish = 0, None
         for line in r.iter_lines():
             if not line:
                 continue
             assert line.startswith(b"data: ")
             if line == b"data: [DONE]":
-                return events, True
-            json.loads(line[6:])
+                return events, finish == "length"  # complete: every token, no error event
+            event = json.loads(line[6:])
+            assert "error" not in event, event
+            finish = event["choices"][0].get("finish_reason") or finish
             events += 1
             if disconnect_after is not None and events >= disconnect_after:
                 return events, False  # closing the response drops the connection
     return events, False
 
 
-def test_256_concurrent_streams_with_a_third_disconnecting(server):
+def test_256_concurrent_streams_complete_and_a_third_can_disconnect(server):
     n = 256
+    with futures.ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(lambda i: stream_completion(server, f"Every stream {i}", 6), range(n)))
+    assert all(done for (_, done) in results)
+    info = wait_idle(server)
+    assert info["kv_slots_used"] == info["kv_slots_cached"]
     with futures.ThreadPoolExecutor(n) as pool:
         jobs = [pool.submit(stream_completion, server, f"Stream {i} says", 6, 2 if i % 3 == 0 else None)
                 for i in range(n)]
@@ -83,7 +90,8 @@ def test_256_concurrent_streams_with_a_third_disconnecting(server):
 
 
 def test_small_pool_retracts_and_completes_correctly(server):
-    small = Server("--max-total-tokens", "256", "--disable-radix-cache", "--max-running-requests", "64")
+    small = Server("--max-total-tokens", "256", "--disable-radix-cache", "--max-running-requests", "64",
+                   "--chunked-prefill-size", "32")
     try:
         prompts = [f"Request number {i} with some words" for i in range(16)]
         want = [greedy(server, p, 24)["choices"][0]["text"] for p in prompts]
@@ -91,6 +99,16 @@ def test_small_pool_retracts_and_completes_correctly(server):
             got = list(pool.map(lambda p: greedy(small, p, 24)["choices"][0]["text"], prompts))
         assert got == want
         assert metric(small, "num_retractions_total") > 0
+        # Two 150-token prompts in 32-token chunks, 50 tokens each: more than the pool holds. The
+        # second's prefill must not cut the first off: both give all their tokens, as alone.
+        def generate(s, ids):
+            body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 50, "temperature": 0, "ignore_eos": True}}
+            return s.post("/generate", json=body).json()["output_ids"]
+        long_prompts = [[100 + (7 * i + 13 * j) % 5000 for i in range(150)] for j in range(2)]
+        want = [generate(server, ids) for ids in long_prompts]
+        with futures.ThreadPoolExecutor(2) as pool:
+            got = list(pool.map(lambda ids: generate(small, ids), long_prompts))
+        assert got == want and all(len(g) == 50 for g in got)
         info = wait_idle(small)
         assert info["kv_slots_used"] == 0
     finally:
@@ -134,7 +152,22 @@ def test_native_generate_tokenize_and_info(server):
     r = server.post("/generate", json={"text": "Hello", "sampling_params": {"max_new_tokens": 3, "temperature": 0}})
     assert r.status_code == 200 and len(r.json()["output_ids"]) == 3
     ids = server.post("/tokenize", json={"prompt": "Hello world"}).json()["tokens"]
+    bare = server.post("/v1/tokenize", json={"prompt": "Hello world", "add_special_tokens": False}).json()["tokens"]
+    assert ids == [0] + bare  # BOS (id 0) by default, as SGLang and HF encode
     assert server.post("/detokenize", json={"tokens": ids}).json()["text"] == "Hello world"
+    kept = server.post("/v1/detokenize", json={"tokens": ids, "skip_special_tokens": False}).json()["text"]
+    assert kept.endswith("Hello world") and kept != "Hello world"
+    many = server.post("/tokenize", json={"prompt": ["Hello", "Hello world"]}).json()
+    assert many["tokens"][1] == ids and many["count"] == [len(many["tokens"][0]), len(ids)]
+    texts = server.post("/detokenize", json={"tokens": many["tokens"]}).json()["text"]
+    assert texts == ["Hello", "Hello world"]
+    # A text prompt is encoded with BOS, like its ids from /tokenize.
+    by_text = server.post("/generate", json={"text": "Hello world", "sampling_params": {"max_new_tokens": 4,
+                                                                                        "temperature": 0}}).json()
+    by_ids = server.post("/generate", json={"input_ids": ids, "sampling_params": {"max_new_tokens": 4,
+                                                                                  "temperature": 0}}).json()
+    assert by_text["output_ids"] == by_ids["output_ids"]
+    assert by_text["meta_info"]["prompt_tokens"] == len(ids)
     r = server.post("/generate", json={"input_ids": ids, "sampling_params": {"max_new_tokens": 2}, "stream": True},
                     stream=True)
     lines = [l for l in r.iter_lines() if l]
@@ -204,7 +237,7 @@ def test_bench_serving_random_and_sharegpt(server, tmp_path):
     assert "Successful requests:                     6 / 6" in r.stdout
     sharegpt = tmp_path / "sharegpt.json"
     sharegpt.write_text(json.dumps([{"conversations": [{"from": "human", "value": f"Question {i}?"},
-                                                       {"from": "gpt", "value": "An answer " * (i + 1)}]}
+                                                       {"from": "gpt", "value": "An answer " * (i + 2)}]}
                                     for i in range(5)]))
     r = subprocess.run(common + ["--dataset-name", "sharegpt", "--dataset-path", str(sharegpt), "--num-prompts", "5",
                                  "--request-rate", "20"], capture_output=True, text=True, timeout=300)
@@ -212,3 +245,9 @@ def test_bench_serving_random_and_sharegpt(server, tmp_path):
     lines = [json.loads(l) for l in out.read_text().splitlines()]
     assert len(lines) == 2 and lines[0]["completed"] == 6 and lines[1]["completed"] == 5
     assert lines[1]["input_tokens"] > 5 and lines[0]["ttft_ms"]["median"] > 0
+    # Each reply's length in tokens (the server's tokenizer) is the request's output length.
+    replies = ["An answer " * (i + 2) for i in range(5)]
+    counts = server.post("/tokenize", json={"prompt": replies, "add_special_tokens": False}).json()["count"]
+    assert lines[1]["output_tokens"] == sum(counts)
+    r = subprocess.run(common + ["--dataset-path", str(sharegpt)], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--dataset-path is read only with --dataset-name sharegpt" in r.stderr

@@ -146,6 +146,45 @@ TEST_F(SchedulerTest, ASmallPoolRetractsAndStillCompletesEveryRequestCorrectly) 
   }
 }
 
+TEST_F(SchedulerTest, ChunkedPrefillUnderKvPressureRetractsInsteadOfCuttingOffARequest) {
+  // Two 150-token prompts in 32-token chunks with 50 new tokens each: 400 tokens, 255 slots. The
+  // second's chunks must not take the first's next tokens; one of them is retracted and both
+  // still give their full, unchanged outputs.
+  std::vector<std::vector<int32_t>> prompts = {prompt_of(30, 150), prompt_of(31, 150)};
+  std::map<uint64_t, std::vector<int32_t>> alone;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SchedulerConfig cfg;
+    cfg.radix_cache = false;
+    alone[i] = run(cfg, 512, {prompts[i]}, 50).outputs[0];
+  }
+  for (auto [radix, overlap] : {std::pair{false, false}, std::pair{false, true}, std::pair{true, true}}) {
+    SchedulerConfig cfg;
+    cfg.radix_cache = radix;
+    cfg.overlap_schedule = overlap;
+    cfg.chunked_prefill_size = 32;
+    RunResult r = run(cfg, 256, prompts, 50);
+    EXPECT_GT(r.stats.requests_retracted, 0) << "radix " << radix << " overlap " << overlap;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(r.outputs[i], alone[i]) << "request " << i << " radix " << radix << " overlap " << overlap;
+  }
+}
+
+TEST_F(SchedulerTest, APromptLargerThanTheKvPoolIsRefusedWithTheReason) {
+  LoadedModel m = load_model({.model = testing::model_fixture("v3_noaux_tc")});
+  ModelRunner runner(make_cpu_backend(), m.config, std::move(m.weights), 64, DType::F32);
+  SchedulerConfig cfg;
+  cfg.context_length = 8192;
+  Scheduler sched(cfg, runner);
+  auto r = std::make_shared<Request>();
+  r->input_ids = prompt_of(3, 100);
+  sched.submit(r);
+  sched.step();
+  auto o = r->output->pop(std::chrono::milliseconds(0));
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->finish, FinishReason::Abort);
+  EXPECT_NE(o->error.find("does not fit the KV pool"), std::string::npos) << o->error;
+}
+
 TEST_F(SchedulerTest, OverlapScheduleDrawsTheSameSeededSamplesWithPenaltiesAndLogprobs) {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 5; ++i) prompts.push_back(prompt_of(i + 20, 6 + 5 * i));
