@@ -51,7 +51,8 @@ void run_serve(ServerArgs args) {
   pool.max_total_tokens = args.max_total_tokens;
   pool.mem_fraction_static = args.mem_fraction_static;
   pool.page_size = args.page_size;
-  pool.max_batch_tokens = args.chunked_prefill_size > 0 ? args.chunked_prefill_size : args.max_prefill_tokens;
+  pool.max_batch_tokens = (args.chunked_prefill_size > 0 ? args.chunked_prefill_size : args.max_prefill_tokens) +
+                         (args.enable_mixed_chunk ? args.max_running_requests : 0);
   pool.max_running_requests = args.max_running_requests;
   pool.context_length = context;
   pool.host_weight_bytes = loaded.weights.total_bytes;
@@ -71,6 +72,7 @@ void run_serve(ServerArgs args) {
   sc.policy = args.schedule_policy == "lpm" ? SchedulePolicy::Lpm : SchedulePolicy::Fcfs;
   sc.radix_cache = !args.disable_radix_cache;
   sc.overlap_schedule = !args.disable_overlap_schedule;
+  sc.mixed_chunk = args.enable_mixed_chunk;
   sc.page_size = args.page_size;
   sc.context_length = context;
   for (int64_t e : config.eos_token_ids) sc.eos_token_ids.push_back(int32_t(e));

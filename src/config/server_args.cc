@@ -29,6 +29,8 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
   cmd.add_flag("--disable-radix-cache", a.disable_radix_cache);
   cmd.add_flag("--disable-overlap-schedule", a.disable_overlap_schedule,
                "Process each batch before launching the next (by default the next launches first)");
+  cmd.add_flag("--enable-mixed-chunk", a.enable_mixed_chunk,
+               "Run the decoding requests' next tokens in the same batch as a prefill chunk");
   cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto (fp32 on the CPU, bf16 on CUDA) | fp8_e4m3 (CPU)")
       ->capture_default_str();
   cmd.add_flag("--disable-cuda-graph", a.disable_cuda_graph, "Run decode batches eagerly, without CUDA graphs");
@@ -58,6 +60,8 @@ void ServerArgs::validate() const {
   MLA_CHECK(chunked_prefill_size == -1 || chunked_prefill_size >= 1,
             "--chunked-prefill-size must be positive or -1 (off), got {}", chunked_prefill_size);
   MLA_CHECK(max_prefill_tokens >= 1, "--max-prefill-tokens must be positive");
+  MLA_CHECK(!enable_mixed_chunk || chunked_prefill_size > 0,
+            "--enable-mixed-chunk needs chunked prefill (a --chunked-prefill-size, not -1)");
   MLA_CHECK(mem_fraction_static >= 0 && mem_fraction_static < 1, "--mem-fraction-static must be in [0, 1)");
   MLA_CHECK(max_total_tokens >= 0, "--max-total-tokens must not be negative");
   MLA_CHECK(port > 0 && port < 65536, "--port {} is not a TCP port", port);
@@ -93,6 +97,7 @@ nlohmann::json ServerArgs::to_json() const {
           {"max_running_requests", max_running_requests}, {"chunked_prefill_size", chunked_prefill_size},
           {"max_prefill_tokens", max_prefill_tokens}, {"schedule_policy", schedule_policy},
           {"disable_radix_cache", disable_radix_cache}, {"disable_overlap_schedule", disable_overlap_schedule},
+          {"enable_mixed_chunk", enable_mixed_chunk},
           {"kv_cache_dtype", kv_cache_dtype}, {"disable_cuda_graph", disable_cuda_graph},
           {"cuda_graph_max_bs", cuda_graph_max_bs}, {"cuda_graph_bs", cuda_graph_bs}, {"host", host},
           {"port", port}, {"api_key_set", !api_key.empty()}, {"max_n", max_n}};

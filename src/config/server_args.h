@@ -32,6 +32,7 @@ struct ServerArgs {
   std::string schedule_policy = "fcfs";
   bool disable_radix_cache = false;
   bool disable_overlap_schedule = false;
+  bool enable_mixed_chunk = false;   // decode tokens ride along with prefill chunks
   std::string kv_cache_dtype = "auto";
   // CUDA graphs of decode (engine/decode_graphs.h)
   bool disable_cuda_graph = false;

@@ -175,8 +175,18 @@ bool Scheduler::step() {
     }
   }
   // Prefill first (new and chunked requests); otherwise one decode step for every running one.
+  // Mixed: the decoding requests' tokens join the prefill batch.
   std::vector<Sequence*> batch = schedule_prefill();
-  if (batch.empty()) batch = schedule_decode();
+  if (batch.empty()) {
+    batch = schedule_decode();
+  } else if (config_.mixed_chunk) {
+    std::vector<Sequence*> decode = schedule_decode(batch);
+    batch.insert(batch.end(), decode.begin(), decode.end());
+    if (!decode.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      counters_.mixed_steps++;
+    }
+  }
   bool worked = !batch.empty() || !launched_.empty();
   if (!batch.empty()) launch(batch);
   // Overlap: the batch just launched computes while the one before it is processed.
@@ -287,10 +297,12 @@ std::vector<Scheduler::Sequence*> Scheduler::schedule_prefill() {
   return batch;
 }
 
-std::vector<Scheduler::Sequence*> Scheduler::schedule_decode() {
+std::vector<Scheduler::Sequence*> Scheduler::schedule_decode(const std::vector<Sequence*>& busy) {
   std::vector<Sequence*> batch;
   for (auto& s : running_)
-    if (s->prefill_done && !s->done && !s->drawn_all(config_.context_length)) batch.push_back(s.get());
+    if (s->prefill_done && !s->done && !s->drawn_all(config_.context_length) &&
+        std::find(busy.begin(), busy.end(), s.get()) == busy.end())
+      batch.push_back(s.get());
   // Out of KV: retract the latest arrivals (their progress kept), decoding or in the middle of a
   // chunked prefill, until the rest fit. The oldest decoding request stays: it fits alone.
   auto pages_needed = [&] {
@@ -303,7 +315,7 @@ std::vector<Scheduler::Sequence*> Scheduler::schedule_decode() {
     return a->req->arrival < b->req->arrival;
   });
   while (pages_needed() > pages_available()) {
-    Sequence* victim = newest_running(oldest);
+    Sequence* victim = newest_running(oldest, busy);
     if (!victim) break;
     retract(*victim);
     std::erase(batch, victim);
@@ -347,10 +359,12 @@ int64_t Scheduler::num_decoding() const {
 
 int64_t Scheduler::decode_reserve_pages() const { return num_decoding() * reserve_pages_per_request(); }
 
-Scheduler::Sequence* Scheduler::newest_running(const Sequence* except) const {
+Scheduler::Sequence* Scheduler::newest_running(const Sequence* except, const std::vector<Sequence*>& busy) const {
   Sequence* newest = nullptr;
   for (auto& s : running_)
-    if (s.get() != except && !s->done && (!newest || s->req->arrival > newest->req->arrival)) newest = s.get();
+    if (s.get() != except && !s->done && std::find(busy.begin(), busy.end(), s.get()) == busy.end() &&
+        (!newest || s->req->arrival > newest->req->arrival))
+      newest = s.get();
   return newest;
 }
 

@@ -36,6 +36,7 @@ struct SchedulerConfig {
   std::vector<int32_t> eos_token_ids;
   int64_t decode_reserve_tokens = 16;       // KV kept free per running request when admitting
   bool overlap_schedule = true;             // launch batch i+1 before processing batch i
+  bool mixed_chunk = false;                 // decode tokens join a prefill batch (else it waits)
 };
 
 // A consistent snapshot for /metrics and /get_server_info.
@@ -44,7 +45,7 @@ struct EngineStats {
   int64_t kv_slots_total = 0, kv_slots_used = 0, kv_slots_cached = 0;
   int64_t requests_finished = 0, requests_aborted = 0, requests_retracted = 0;
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generation_tokens = 0;
-  int64_t forward_steps = 0;
+  int64_t forward_steps = 0, mixed_steps = 0;  // mixed: prefill chunks and decode tokens together
 };
 
 class Scheduler {
@@ -73,7 +74,8 @@ class Scheduler {
   void drop_cancelled();
   struct Launched;
   std::vector<Sequence*> schedule_prefill();
-  std::vector<Sequence*> schedule_decode();
+  // One token for every decoding request not in `busy` (the prefill part of a mixed batch).
+  std::vector<Sequence*> schedule_decode(const std::vector<Sequence*>& busy = {});
   bool admit(Sequence& s, int64_t token_budget, bool first_in_batch);
   bool grow(Sequence& s, int64_t n);
   void retract(Sequence& s);
@@ -82,8 +84,8 @@ class Scheduler {
   int64_t reserve_pages_per_request() const;
   int64_t num_decoding() const;
   int64_t decode_reserve_pages() const;
-  // The latest-arrived running request other than `except` (nullptr if none).
-  Sequence* newest_running(const Sequence* except) const;
+  // The latest-arrived running request other than `except` and those in `busy` (nullptr if none).
+  Sequence* newest_running(const Sequence* except, const std::vector<Sequence*>& busy = {}) const;
   // Retracts the newest running request if it arrived after s; false if there is none.
   bool retract_newest_after(const Sequence& s);
   void release(Sequence& s, bool keep_in_cache = true);

@@ -41,6 +41,8 @@ std::string ServerMetrics::render(const EngineStats& s, const std::string& model
   metric("num_aborted_requests_total", "counter", "Requests aborted", double(s.requests_aborted));
   metric("num_retractions_total", "counter", "Requests retracted for lack of KV", double(s.requests_retracted));
   metric("forward_steps_total", "counter", "Forward passes run", double(s.forward_steps));
+  metric("mixed_steps_total", "counter", "Forward passes with prefill chunks and decode tokens together",
+         double(s.mixed_steps));
   metric("http_requests_total", "counter", "HTTP requests received", double(http_requests.load()));
   metric("http_errors_total", "counter", "HTTP requests answered with an error", double(http_errors.load()));
   out += time_to_first_token.render("mlaserve:time_to_first_token_seconds", "Time to first token");

@@ -70,10 +70,10 @@ def server():
 
 @pytest.fixture(scope="session")
 def plain_server():
-    """No radix cache, small prefill chunks, paged KV, no overlap schedule: must give the same greedy
-    outputs."""
+    """No radix cache, small prefill chunks, paged KV, no overlap schedule, mixed prefill + decode
+    batches: must give the same greedy outputs."""
     s = Server("--max-total-tokens", "40000", "--disable-radix-cache", "--chunked-prefill-size", "7", "--page-size", "4",
-               "--disable-overlap-schedule")
+               "--disable-overlap-schedule", "--enable-mixed-chunk")
     yield s
     s.stop()
 

@@ -201,6 +201,7 @@ def test_fp8_weights_and_kv_cache_serve_and_bad_flags_are_refused():
     for flags, reason in [(["--kv-cache-dtype", "fp8_e5m2"], "fp8_e5m2"), (["--quantization", "int4"], "int4"),
                           (["--mem-fraction-static", "1.5"], "--mem-fraction-static"),
                           (["--schedule-policy", "lpm", "--disable-radix-cache"], "radix cache"),
+                          (["--enable-mixed-chunk", "--chunked-prefill-size", "-1"], "needs chunked prefill"),
                           (["--cuda-graph-max-bs", "8"], "need --device cuda"),
                           (["--device", "cuda", "--disable-cuda-graph", "--cuda-graph-bs", "4"], "contradicts")]:
         r = subprocess.run(base + flags, capture_output=True, text=True, timeout=120)

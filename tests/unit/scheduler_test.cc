@@ -93,12 +93,15 @@ TEST_F(SchedulerTest, GreedyOutputsDoNotDependOnCacheChunkingPagingOrBatching) {
     int64_t chunk, page, max_running;
     SchedulePolicy policy;
     bool overlap;
+    bool mixed = false;
   };
   for (Variant v : {Variant{true, 8192, 1, 256, SchedulePolicy::Fcfs, true},
                     Variant{true, 8192, 1, 256, SchedulePolicy::Fcfs, false},
                     Variant{false, 8192, 1, 256, SchedulePolicy::Fcfs, true},
                     Variant{true, 7, 1, 256, SchedulePolicy::Lpm, true}, Variant{true, 16, 4, 3, SchedulePolicy::Fcfs, true},
-                    Variant{true, 16, 4, 3, SchedulePolicy::Fcfs, false}, Variant{false, -1, 4, 2, SchedulePolicy::Lpm, true}}) {
+                    Variant{true, 16, 4, 3, SchedulePolicy::Fcfs, false}, Variant{false, -1, 4, 2, SchedulePolicy::Lpm, true},
+                    Variant{true, 7, 1, 256, SchedulePolicy::Fcfs, true, true},
+                    Variant{false, 16, 4, 3, SchedulePolicy::Fcfs, false, true}}) {
     SchedulerConfig cfg;
     cfg.overlap_schedule = v.overlap;
     cfg.radix_cache = v.radix;
@@ -106,10 +109,14 @@ TEST_F(SchedulerTest, GreedyOutputsDoNotDependOnCacheChunkingPagingOrBatching) {
     cfg.page_size = v.page;
     cfg.max_running_requests = v.max_running;
     cfg.policy = v.policy;
+    cfg.mixed_chunk = v.mixed;
     RunResult r = run(cfg, 1024, prompts, 10);
+    if (v.mixed) {
+      EXPECT_GT(r.stats.mixed_steps, 0);
+    }
     for (size_t i = 0; i < prompts.size(); ++i) {
       EXPECT_EQ(r.outputs[i], alone[i]) << "request " << i << " radix " << v.radix << " chunk " << v.chunk << " page "
-                                        << v.page << " overlap " << v.overlap;
+                                        << v.page << " overlap " << v.overlap << " mixed " << v.mixed;
       EXPECT_EQ(r.finish[i], FinishReason::Length);
     }
   }
@@ -157,10 +164,12 @@ TEST_F(SchedulerTest, ChunkedPrefillUnderKvPressureRetractsInsteadOfCuttingOffAR
     cfg.radix_cache = false;
     alone[i] = run(cfg, 512, {prompts[i]}, 50).outputs[0];
   }
-  for (auto [radix, overlap] : {std::pair{false, false}, std::pair{false, true}, std::pair{true, true}}) {
+  for (auto [radix, overlap, mixed] : {std::tuple{false, false, false}, std::tuple{false, true, false},
+                                       std::tuple{true, true, false}, std::tuple{true, true, true}}) {
     SchedulerConfig cfg;
     cfg.radix_cache = radix;
     cfg.overlap_schedule = overlap;
+    cfg.mixed_chunk = mixed;
     cfg.chunked_prefill_size = 32;
     RunResult r = run(cfg, 256, prompts, 50);
     EXPECT_GT(r.stats.requests_retracted, 0) << "radix " << radix << " overlap " << overlap;

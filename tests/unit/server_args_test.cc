@@ -52,5 +52,11 @@ TEST(ServerArgs, CudaGraphFlagsThatCannotWorkAreRefused) {
             std::string::npos);
 }
 
+TEST(ServerArgs, MixedChunkNeedsChunkedPrefill) {
+  EXPECT_EQ(refusal(parse({"--enable-mixed-chunk"})), "");
+  EXPECT_NE(refusal(parse({"--enable-mixed-chunk", "--chunked-prefill-size", "-1"})).find("needs chunked prefill"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace mlaserve
