@@ -130,7 +130,7 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
   tb.I = I;
   if (T == 0) return;
   auto dptr = static_cast<const void* const*>(tb.dev.get());
-  bool decode = P <= decode_max_pairs && P <= kMoeDecodeMaxPairs && E <= 256 && H % 8 == 0 && I % 8 == 0 &&
+  bool decode = P <= decode_pair_limit(E) && P <= kMoeDecodeMaxPairs && E <= 256 && H % 8 == 0 && I % 8 == 0 &&
                 x_ld % 8 == 0 && aligned16(x) && tb.aligned;
   if (decode) {
     MoeDecodeParams p{x, x_ld, ids, dptr, dptr + E, dptr + 2 * E,

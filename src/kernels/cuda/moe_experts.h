@@ -15,6 +15,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -78,9 +79,14 @@ class MoeRunner {
   // re-validating the weights.
   bool knows(const Experts& experts, int32_t H, int32_t I) const;
 
-  // Past 8 tokens at V2-Lite shapes the grouped GEMM is faster than the decode kernels (in a graph
-  // on an H200, 2026-11-22: 0.344 vs 0.392 ms at 16 tokens, 0.410 vs 1.031 at 64; equal at 8).
-  int decode_max_pairs = 48;
+  // The decode kernels take at most this many pairs; -1: max(48, E / 2). The grouped GEMM wins once
+  // experts get more than a pair or two each (H200, 2026-11-22, in graphs): V2-Lite (64 experts,
+  // top-6) 0.344 vs 0.392 ms a layer at 16 tokens, equal at 8; a V3-dims model (256 experts, top-8)
+  // steps 3.20 ms at batch 8 with the decode kernels, 3.59 with the grouped GEMM, but 6.10 vs 5.41 at 32.
+  int decode_max_pairs = -1;
+  int decode_pair_limit(int num_experts) const {
+    return decode_max_pairs >= 0 ? decode_max_pairs : std::max(48, num_experts / 2);
+  }
   // Prefill through the grouped GEMM (no host sync, so graph-capturable); the per-expert cuBLASLt
   // path remains for shapes it does not take.
   bool grouped_gemm = true;
