@@ -79,13 +79,12 @@ class MoeRunner {
   // re-validating the weights.
   bool knows(const Experts& experts, int32_t H, int32_t I) const;
 
-  // The decode kernels take at most this many pairs; -1: max(48, E / 2). The grouped GEMM wins once
-  // experts get more than a pair or two each (H200, 2026-11-22, in graphs): V2-Lite (64 experts,
-  // top-6) 0.344 vs 0.392 ms a layer at 16 tokens, equal at 8; a V3-dims model (256 experts, top-8)
-  // steps 3.20 ms at batch 8 with the decode kernels, 3.59 with the grouped GEMM, but 6.10 vs 5.41 at 32.
+  // The decode kernels take at most this many pairs; -1: max(24, E / 8). With its 32-row tiles the
+  // grouped GEMM streams the touched experts faster from 8 tokens on (H200, 2026-11-22, in graphs,
+  // V2-Lite: 0.166 vs 0.222 ms a layer at 8 tokens, 0.229 vs 0.352 at 16; 0.122 vs 0.112 at 4).
   int decode_max_pairs = -1;
   int decode_pair_limit(int num_experts) const {
-    return decode_max_pairs >= 0 ? decode_max_pairs : std::max(48, num_experts / 2);
+    return decode_max_pairs >= 0 ? decode_max_pairs : std::max(24, num_experts / 8);
   }
   // Prefill through the grouped GEMM (no host sync, so graph-capturable); the per-expert cuBLASLt
   // path remains for shapes it does not take.
