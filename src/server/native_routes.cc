@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "server/api_error.h"
+#include "server/request_parser.h"
 #include "server/sse_stream.h"
 
 namespace mlaserve {
@@ -85,9 +86,7 @@ void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::R
   };
   if (!body.is_object() || !body.contains("prompt") || !(body["prompt"].is_string() || is_strings(body["prompt"])))
     throw ApiError(400, "'prompt' must be a string or a list of strings", "prompt");
-  for (auto it = body.begin(); it != body.end(); ++it)
-    if (it.key() != "prompt" && it.key() != "add_special_tokens" && it.key() != "model")
-      throw ApiError(400, "unknown field '" + it.key() + "'", it.key());
+  check_known_fields(body, {"prompt", "add_special_tokens", "model"});
   if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_boolean())
     throw ApiError(400, "'add_special_tokens' must be a boolean", "add_special_tokens");
   bool special = body.value("add_special_tokens", true);
@@ -121,9 +120,7 @@ void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib:
   json body = parse_json_body(req.body);
   if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
     throw ApiError(400, "'tokens' must be a list of token ids or a list of such lists", "tokens");
-  for (auto it = body.begin(); it != body.end(); ++it)
-    if (it.key() != "tokens" && it.key() != "skip_special_tokens" && it.key() != "model")
-      throw ApiError(400, "unknown field '" + it.key() + "'", it.key());
+  check_known_fields(body, {"tokens", "skip_special_tokens", "model"});
   if (body.contains("skip_special_tokens") && !body["skip_special_tokens"].is_boolean())
     throw ApiError(400, "'skip_special_tokens' must be a boolean", "skip_special_tokens");
   bool skip = body.value("skip_special_tokens", true);

@@ -13,12 +13,6 @@ using nlohmann::json;
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
 
-void check_known_fields(const json& body, const std::set<std::string>& known) {
-  if (!body.is_object()) bad("", "the request body must be a JSON object");
-  for (auto it = body.begin(); it != body.end(); ++it)
-    if (!known.count(it.key())) bad(it.key(), "unknown field '" + it.key() + "'");
-}
-
 bool has(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
 
 double number(const json& j, const char* key, double lo, double hi) {
@@ -135,6 +129,12 @@ void reject_unsupported(const json& j, const char* key, const std::string& why) 
 }
 
 }  // namespace
+
+void check_known_fields(const json& body, const std::set<std::string>& known) {
+  if (!body.is_object()) bad("", "the request body must be a JSON object");
+  for (auto it = body.begin(); it != body.end(); ++it)
+    if (!known.count(it.key())) bad(it.key(), "unknown field '" + it.key() + "'");
+}
 
 json parse_json_body(const std::string& body) {
   try {

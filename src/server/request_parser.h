@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -11,6 +12,9 @@
 #include "engine/request.h"
 
 namespace mlaserve {
+
+// 400 unless `body` is an object whose every field is in `known`.
+void check_known_fields(const nlohmann::json& body, const std::set<std::string>& known);
 
 struct ParseLimits {
   int max_n = 16;
