@@ -69,7 +69,7 @@ class MoeRunner {
     std::vector<const void*> gate, up, down;
   };
   // x [T, H], ids [T, k], weights [T, k] (row stride w_ld), out [T, H]; all device pointers.
-  // Decode kernels run when T * k <= decode_max_pairs and the rows are 16-byte aligned; they and
+  // Decode kernels run when T * k <= decode_pair_limit(E) and the rows are 16-byte aligned; they and
   // the grouped GEMM can run inside a CUDA graph, the per-expert GEMMs cannot.
   void run(const Experts& experts, const void* x, int64_t x_ld, const int32_t* ids, const float* weights,
            int64_t w_ld, int32_t T, int32_t k, int32_t H, int32_t I, void* out, int64_t out_ld, GemmRunner& gemm,
