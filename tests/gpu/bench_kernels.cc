@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm_runner.h"
 #include "kernels/cuda/moe_experts.h"
+#include "kernels/cuda/mla_decode.h"
 #include "kernels/cuda/mla_prefill.h"
 
 using namespace mlaserve;
@@ -166,6 +167,8 @@ void bench_mla_absorb(cuda::CudaBackend& gpu, const FlopRowFn& flop_row) {
 
 // ---- MLA decode, absorbed form (bench_mla_decode) ----
 
+std::string g_shape_filter;  // --shape
+
 // mem_row(kernel, shape, ms, bytes moved) of main.
 using MemRowFn = std::function<void(const std::string&, const std::string&, double, double)>;
 
@@ -181,6 +184,8 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
   for (Case c : {Case{16, 64, 4096, 1}, Case{16, 64, 4096, 64}, Case{16, 128, 8192, 1}, Case{16, 128, 8192, 64},
                  Case{128, 64, 4096, 1}, Case{128, 64, 4096, 64}, Case{128, 1, 32768, 1}, Case{16, 1, 32768, 1},
                  Case{128, 128, 1024, 1}}) {
+    std::string shape = fmt::format("H={} B={} ctx={} pg={}", c.H, c.B, c.ctx, c.page);
+    if (shape.find(g_shape_filter) == std::string::npos) continue;
     int64_t tokens = c.B * c.ctx, kv_bytes = tokens * 576 * 2;
     int n_sets = kv_bytes < (int64_t(200) << 20) ? 4 : 1;
     Tensor cache = filled_bf16({tokens * n_sets, 576}, 4);
@@ -205,17 +210,30 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
       mds.push_back(md);
     }
     float scale = 1.0f / std::sqrt(192.0f);
-    std::string shape = fmt::format("H={} B={} ctx={} pg={}", c.H, c.B, c.ctx, c.page);
     double flops = 2.0 * c.B * c.H * c.ctx * (576 + 512);
-    for (int64_t batch_id : {1, 0}) {
-      for (auto& m : mds) m.batch_id = batch_id;
-      double ms = time_ms([&](int i) { gpu.mla_decode(q, cache, 1.0f, mds[i % n_sets], scale, out); }, 100, 10);
-      std::string name = batch_id ? "mla_decode run" : "mla_decode plan+run";
-      if (c.H >= 128)
-        flop_row(name, shape, ms, flops, double(kv_bytes));
-      else
-        mem_row(name, shape, ms, double(kv_bytes));
+    // Variants beside the default kernel choice: 64-row jobs on the mma.sync kernel (H = 128), and
+    // a 16-head batch as 64-row jobs on the warpgroup-MMA kernel (3/4 of the rows padding).
+    struct Variant {
+      const char* tag;
+      int m_tiles;
+      bool mma_sync;
+    };
+    std::vector<Variant> variants{{"", 0, false}};
+    variants.push_back(c.H >= 128 ? Variant{" mma.sync", 0, true} : Variant{" 64-row wgmma", 4, false});
+    cuda::MlaDecodePlan& plan = gpu.mla_decode_plan();
+    for (const Variant& v : variants) {
+      plan.force_m_tiles = v.m_tiles, plan.force_mma_sync = v.mma_sync;
+      for (int64_t batch_id : {1, 0}) {
+        for (auto& m : mds) m.batch_id = batch_id + (v.m_tiles || v.mma_sync ? 1000 : 0);
+        double ms = time_ms([&](int i) { gpu.mla_decode(q, cache, 1.0f, mds[i % n_sets], scale, out); }, 100, 10);
+        std::string name = std::string(batch_id ? "mla_decode run" : "mla_decode plan+run") + v.tag;
+        if (c.H >= 128)
+          flop_row(name, shape, ms, flops, double(kv_bytes));
+        else
+          mem_row(name, shape, ms, double(kv_bytes));
+      }
     }
+    plan.force_m_tiles = 0, plan.force_mma_sync = false;
   }
 }
 
@@ -368,11 +386,13 @@ void bench_sampling(cuda::CudaBackend& gpu, const MemRowFn& mem_row) {
 
 int main(int argc, char** argv) {
   // --json FILE: the rows as JSON too; --only GROUP (rows, linear, mla_prefill, mla_absorb,
-  // mla_decode, moe, sampling): run only that group, after the two ceilings.
+  // mla_decode, moe, sampling): run only that group, after the two ceilings; --shape TEXT: only the
+  // mla_decode cases whose shape contains TEXT (to profile one).
   std::string json_path, only;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--json") json_path = argv[i + 1];
     if (std::string(argv[i]) == "--only") only = argv[i + 1];
+    if (std::string(argv[i]) == "--shape") g_shape_filter = argv[i + 1];
   }
   auto run = [&](const char* group) { return only.empty() || only == group; };
   cuda::CudaBackend gpu;

@@ -30,6 +30,10 @@ struct HostMd {
 
 class MlaDecode : public GpuTest {
  protected:
+  bool mma_sync = false;  // 64-row jobs on the mma.sync kernel instead of warpgroup MMA
+
+  // Captures plan + run of a 3-seq batch in a graph and replays it with other lengths (below).
+  void replay_with_new_lengths(int64_t H);
 
   // Metadata of `b` with every token at a distinct random slot of a pool of `num_slots`.
   HostMd make_md(const Batch& b, int64_t num_slots, uint64_t s) {
@@ -56,6 +60,7 @@ class MlaDecode : public GpuTest {
   // Runs both backends on fresh inputs and returns the relative L2 error of the CUDA output.
   double check(const Batch& b, int64_t H, int force_m_tiles = 0, int64_t batch_id = 0) {
     gpu.mla_decode_plan().force_m_tiles = force_m_tiles;
+    gpu.mla_decode_plan().force_mma_sync = mma_sync;
     int64_t num_slots = 0;
     for (int32_t l : b.seq_lens) num_slots += l;
     num_slots = num_slots * 3 / 2 + 7;
@@ -74,8 +79,8 @@ class MlaDecode : public GpuTest {
       gpu.mla_decode(qd, cd, 1.0f, m.dev, scale, out2);
       err = std::max(err, rel_l2(gpu.to_host(out2), want));
     }
-    std::printf("  mla_decode H=%lld seqs=%zu T=%lld m_tiles=%d: rel_l2 %.2e\n", (long long)H, b.seq_lens.size(),
-                (long long)m.T, force_m_tiles, err);
+    std::printf("  mla_decode H=%lld seqs=%zu T=%lld m_tiles=%d%s: rel_l2 %.2e\n", (long long)H, b.seq_lens.size(),
+                (long long)m.T, force_m_tiles, mma_sync ? " mma.sync" : "", err);
     ++seed;
     return err;
   }
@@ -112,6 +117,14 @@ TEST_F(MlaDecode, SeveralQueriesPerSeq) {
   EXPECT_LE(check({{130, 6000}, {40, 2}}, 16, 1), kTol);
 }
 
+TEST_F(MlaDecode, MmaSyncKernelFor64RowJobs) {
+  // 64-row jobs run on the warpgroup-MMA kernel by default; the mma.sync one stays as a fallback.
+  mma_sync = true;
+  EXPECT_LE(check({{1, 63, 64, 65, 200, 1031, 7, 129}, {1, 1, 1, 1, 1, 1, 1, 1}}, 128), kTol);
+  EXPECT_LE(check({{5, 70, 300, 2049, 3}, {3, 2, 4, 1, 3}}, 16, 4), kTol);
+  EXPECT_LE(check({{9001}, {1}}, 128), kTol);
+}
+
 TEST_F(MlaDecode, PlanReusedByBatchId) {
   Batch b{{4000, 1, 999, 64}, {1, 1, 1, 1}};
   EXPECT_LE(check(b, 16, 0, 42), kTol);
@@ -121,7 +134,11 @@ TEST_F(MlaDecode, PlanReusedByBatchId) {
 TEST_F(MlaDecode, GraphReplayWithNewLengths) {
   // Plan + run captured once; replayed after the metadata buffers get another batch of the same
   // shape (same seqs and tokens, other lengths and slots).
-  const int64_t H = 16, slots = 20000;
+  for (const int64_t H : {16, 128}) replay_with_new_lengths(H);
+}
+
+void MlaDecode::replay_with_new_lengths(int64_t H) {
+  const int64_t slots = 20000;
   Batch b1{{100, 2000, 37}, {1, 1, 1}}, b2{{5000, 3, 1234}, {1, 1, 1}};
   HostMd m1 = make_md(b1, slots, seed + 5), m2 = make_md(b2, slots, seed + 6);
   // The kv_indices buffer is sized for the larger batch and reused.

@@ -2,8 +2,10 @@
 //
 // Every query head attends over the one shared latent KV head (576 = 512 c_kv + 64 k_pe wide), so a
 // block takes many query rows at once (a row is one (query token, head) pair of one sequence) and
-// reads each cache row once for all of them, on tensor cores (mma.sync m16n8k16 BF16, fp32
-// accumulation, online softmax in fp32). The work is split plan / run:
+// reads each cache row once for all of them, on tensor cores (BF16, fp32 accumulation, online
+// softmax in fp32): jobs of 64 rows (128 heads, or several queries a seq) on Hopper warpgroup MMA
+// (mla_decode_wgmma.cu), jobs of 16 rows (one query of a TP shard's 16 heads, memory-bound) on
+// mma.sync m16n8k16 (mla_decode.cu). The work is split plan / run (mla_decode_plan.cu plans):
 //   plan: a kernel reads seq_lens and query_start (on the device) and cuts the batch into jobs
 //         (one sequence x up to 16 * m_tiles rows) of 64-key tiles, then hands every persistent
 //         block (one per SM) an equal, contiguous run of tiles; a job cut between blocks leaves
@@ -49,12 +51,11 @@ struct MlaDecodeSchedule {
   float* partial_o;      // [max_partials, rows_per_job, 512]: normalized partial outputs
   float* partial_lse;    // [max_partials, rows_per_job]: log2-sum-exp2 of the scaled scores
   int max_jobs = 0, num_ctas = 0, m_tiles = 1;  // rows per job = 16 * m_tiles
+  bool wgmma = true;  // 64-row jobs on warpgroup MMA (mla_decode_wgmma.cu) rather than mma.sync
 };
 
 void launch_mla_decode_plan(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream);
 void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream);
-// Dynamic shared memory of the attention kernel for `m_tiles` (1 or 4).
-size_t mla_decode_smem_bytes(int m_tiles);
 
 // The persistent plan buffers of one backend, sized for the largest batch seen (they only grow,
 // and graphs captured before a growth keep the buffers they saw).
@@ -72,6 +73,7 @@ class MlaDecodePlan {
   void run(const MlaDecodeParams& p, cudaStream_t stream) const;
 
   int force_m_tiles = 0;  // tests: 1 or 4 fixes the rows per job; 0 picks by shape
+  bool force_mma_sync = false;  // tests and benchmarks: 64-row jobs on the mma.sync kernel
   int planned_ctas() const { return sched_.num_ctas; }
 
  private:
