@@ -26,6 +26,23 @@ namespace {
 
 cuda::CudaBackend* g_gpu;
 
+// A random FP8 block-scaled weight [N, K] on the device: e4m3 codes of either sign below 240 in
+// magnitude (never NaN), block scales near 1e-3.
+LinearWeight random_fp8_weight(int64_t N, int64_t K, uint64_t seed) {
+  Tensor w = Tensor::empty(DType::F8_E4M3, {N, K});
+  uint8_t* codes = w.data<uint8_t>();
+  for (int64_t i = 0; i < w.numel(); i += 8) {
+    uint64_t h = hash64(seed, uint64_t(i));
+    for (int64_t j = 0; j < 8 && i + j < w.numel(); ++j) codes[i + j] = uint8_t(h >> (8 * j)) & 0xf7;
+  }
+  Tensor s = Tensor::empty(DType::F32, {(N + 127) / 128, (K + 127) / 128});
+  for (int64_t i = 0; i < s.numel(); ++i) s.data<float>()[i] = 1e-3f * float(1.0 + uniform01(seed + 1, uint64_t(i)));
+  LinearWeight lw;
+  lw.weight = g_gpu->to_device(w);
+  lw.scale_inv = g_gpu->to_device(s);
+  return lw;
+}
+
 Tensor random_bf16(Shape shape, uint64_t seed, float std = 1.0f) {
   Tensor h = Tensor::empty(DType::BF16, shape);
   for (int64_t i = 0; i < h.numel(); ++i) h.data<uint16_t>()[i] = f32_to_bf16(std * normal01(seed, uint64_t(i)));
@@ -384,9 +401,49 @@ void bench_sampling(cuda::CudaBackend& gpu, const MemRowFn& mem_row) {
 }
 }  // namespace
 
+// ---- FP8 W8A8 linear (bench_fp8_linear) ----
+
+// DeepSeek-V3's dense FP8 shapes from BF16 activations (the per-token-group quantization
+// included), against their own ceiling measured here: the block-scaled cuBLASLt GEMM at 8192^3.
+// Floor = max(FLOPs / that rate, bytes (weights 1 byte, scales, BF16 in and out) / copy bandwidth).
+void bench_fp8_linear(cuda::CudaBackend& gpu, double copy_bw, std::vector<Row>& rows) {
+  const int64_t M = 8192;
+  double fp8_rate = 0;
+  {
+    LinearWeight w = random_fp8_weight(M, M, 7);
+    Tensor x = random_bf16({M, M}, 8), y = gpu.empty(DType::BF16, {M, M});
+    Tensor q = gpu.empty(DType::F8_E4M3, {M, M}), sc = gpu.empty(DType::F32, {M, M / 128});
+    gpu.quantize_fp8_per_token_group(x, 128, q, sc);
+    double ms = time_ms([&](int) { gpu.linear_fp8_w8a8(q, sc, w, y); }, 20);
+    fp8_rate = 2.0 * double(M) * M * M / (ms * 1e-3);
+    std::printf("block-scaled FP8 GEMM (cuBLASLt) 8192^3: %.0f TFLOP/s\n", fp8_rate / 1e12);
+  }
+  struct Lin {
+    const char* name;
+    int64_t N, K;
+  };
+  // (kv_a, N = 576, is not a whole number of 128-row blocks: it runs as BF16.)
+  for (Lin l : std::vector<Lin>{{"v3.q_b", 24576, 1536}, {"v3.o", 7168, 16384}, {"v3.dense_gate_up", 36864, 7168},
+                               {"v3.dense_down", 7168, 18432}}) {
+    int n_sets = int(std::max<int64_t>(1, std::min<int64_t>(8, (int64_t(200) << 20) / (l.N * l.K) + 1)));
+    std::vector<LinearWeight> ws;
+    for (int i = 0; i < n_sets; ++i) ws.push_back(random_fp8_weight(l.N, l.K, 300 + i));
+    for (int64_t T : {1, 16, 1024, 4096}) {
+      Tensor x = random_bf16({T, l.K}, 5), y = gpu.empty(DType::BF16, {T, l.N});
+      double ms = time_ms([&](int i) { apply_linear(gpu, x, ws[i % n_sets], y); });
+      double moved = double(l.N * l.K) + 4.0 * ws[0].scale_inv.numel() + 2.0 * (T * l.K + T * l.N);
+      double flops = 2.0 * T * l.N * l.K, floor_ms = std::max(flops / fp8_rate, moved / copy_bw) * 1e3;
+      bool flop_bound = flops / fp8_rate > moved / copy_bw;
+      rows.push_back({std::string("fp8 linear ") + l.name, fmt::format("T={} N={} K={}", T, l.N, l.K), ms,
+                      flop_bound ? flops / (ms * 1e-3) / 1e12 : moved / (ms * 1e-3) / 1e12, floor_ms, floor_ms / ms,
+                      flop_bound ? "TFLOP/s" : "TB/s"});
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   // --json FILE: the rows as JSON too; --only GROUP (rows, linear, mla_prefill, mla_absorb,
-  // mla_decode, moe, sampling): run only that group, after the two ceilings; --shape TEXT: only the
+  // mla_decode, moe, sampling, fp8_linear): run only that group, after the two ceilings; --shape TEXT: only the
   // mla_decode cases whose shape contains TEXT (to profile one).
   std::string json_path, only;
   for (int i = 1; i + 1 < argc; ++i) {
@@ -467,6 +524,7 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (run("fp8_linear")) bench_fp8_linear(gpu, copy_bw, rows);
   if (run("mla_prefill")) bench_mla_prefill(gpu, flop_row);
   if (run("mla_absorb")) bench_mla_absorb(gpu, flop_row);
   if (run("mla_decode")) bench_mla_decode(gpu, mem_row, flop_row);

@@ -87,12 +87,6 @@ Tensor CudaBackend::to_backend(const Tensor& host) {
   return to_device(b);
 }
 
-LinearWeight CudaBackend::to_backend(const LinearWeight& w) {
-  LinearWeight out;
-  out.weight = to_backend(w.is_fp8_block() ? dequantize(w) : w.weight);
-  return out;
-}
-
 Tensor CudaBackend::to_host(const Tensor& dev) {
   if (dev.device() == Device::CPU) return dev;
   MLA_CHECK(dev.is_contiguous(), "to_host: {} is not a contiguous device tensor", dev.describe());
@@ -139,7 +133,10 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, Tensor& out) {
   MLA_CHECK(out.defined() && out.device() == Device::CUDA && (out.dtype() == DType::BF16 || out.dtype() == DType::F32) &&
                 out.ndim() == 2 && out.stride(1) == 1,
             "linear out: expected a device BF16 or F32 matrix, got {}", out.defined() ? out.describe() : "nothing");
-  MLA_CHECK(!w.is_fp8_block(), "linear: FP8 block-scaled weights have no CUDA kernel yet");
+  if (w.is_fp8_block()) {  // W8A8, as the model's layers run it
+    apply_linear(*this, x, w, out);
+    return;
+  }
   check_dev(w.weight, DType::BF16, 2, "linear weight");
   int64_t T = x.size(0), K = x.size(1), N = w.out_features();
   MLA_CHECK(w.in_features() == K && out.size(0) == T && out.size(1) == N, "linear: x {} · W {} -> out {}",

@@ -48,12 +48,15 @@ class CudaBackend final : public Backend {
   Tensor to_device(const Tensor& host);
   Tensor to_host(const Tensor& device) override;
   Tensor to_backend(const Tensor& host) override;
-  LinearWeight to_backend(const LinearWeight& w) override;
+  LinearWeight to_backend(const LinearWeight& w) override;  // cuda_backend_fp8.cc: FP8 blocks stay FP8
 
   void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) override;
   void linear(const Tensor& x, const LinearWeight& w, Tensor& out) override;
+  bool supports_fp8_w8a8() const override { return true; }
+  void quantize_fp8_per_token_group(const Tensor& x, int64_t group, Tensor& q, Tensor& scales) override;
+  void linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) override;
   void silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
   void add(Tensor& x, const Tensor& y) override;
   void rope(Tensor& x, const Tensor& positions, const RopeTable& table) override;

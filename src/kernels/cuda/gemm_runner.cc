@@ -22,4 +22,39 @@ void GemmRunner::bf16_nt(const void* x, int64_t ldx, const void* w, int64_t ldw,
   lt_.matmul(plan({T, N, K, ldx, ldw, ldo, out_f32}), w, x, out, stream);
 }
 
+void GemmRunner::set_fp8_scales(CublasLtPlan& p, const float* x_scales, const float* w_scales) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
+}
+
+// The same column-major reading with e4m3 operands and cuBLASLt's block-scaling modes (CUDA 12.9+,
+// Hopper): 128x128 blocks on A (the weight), 128-wide vectors along K on B (the activations). The
+// weight's scales are read as stored ([N/128, K/128]); the activations' token-contiguous (measured:
+// the other layouts give wrong products).
+CublasLtPlan& GemmRunner::fp8_plan(const Key& key, const float* x_scales, const float* w_scales) {
+  auto it = fp8_plans_.find(key);
+  if (it != fp8_plans_.end()) return *it->second;
+  auto [T, N, K, ldx, ldw, ldo, out_f32] = key;
+  auto p = std::make_unique<CublasLtPlan>();
+  p->describe(/*trans_a=*/true, /*trans_b=*/false);
+  int32_t mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof(mode_a)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b, sizeof(mode_b)));
+  set_fp8_scales(*p, x_scales, w_scales);  // the heuristic wants them set
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, K, N, ldw));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, K, T, ldx));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_f32 ? CUDA_R_32F : CUDA_R_16BF, N, T, ldo));
+  MLA_CHECK(lt_.choose_algorithm(*p), "cuBLASLt has no block-scaled FP8 algorithm for T={} N={} K={}", T, N, K);
+  return *(fp8_plans_[key] = std::move(p));
+}
+
+void GemmRunner::fp8_block_nt(const void* x, int64_t ldx, const float* x_scales, const void* w, int64_t ldw,
+                              const float* w_scales, void* out, int64_t ldo, bool out_f32, int64_t T, int64_t N,
+                              int64_t K, cudaStream_t stream) {
+  CublasLtPlan& p = fp8_plan({T, N, K, ldx, ldw, ldo, out_f32}, x_scales, w_scales);
+  // The scale pointers change per call; a graph captures the ones set here.
+  set_fp8_scales(p, x_scales, w_scales);
+  lt_.matmul(p, w, x, out, stream);
+}
+
 }  // namespace mlaserve::cuda

@@ -1,0 +1,91 @@
+// CudaBackend's FP8 W8A8 linear: per-token-group activation quantization (fp8_quant.cu) and the
+// block-scaled GEMM of GemmRunner (cuBLASLt), with FP8 weights kept as e4m3 plus their block scales.
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/fp8_quant.h"
+#include "kernels/cuda/gemm_runner.h"
+
+#include <cuda_runtime.h>
+
+namespace mlaserve::cuda {
+
+namespace {
+
+void check_matrix(const Tensor& t, DType dtype, int64_t rows, int64_t cols, const char* what) {
+  MLA_CHECK(t.defined() && t.device() == Device::CUDA && t.dtype() == dtype && t.ndim() == 2 && t.stride(1) == 1 &&
+                t.size(0) == rows && t.size(1) == cols,
+            "{}: expected a device {}[{}, {}] with a contiguous last dim, got {}", what, dtype_name(dtype), rows, cols,
+            t.defined() ? t.describe() : "nothing");
+}
+
+}  // namespace
+
+LinearWeight CudaBackend::to_backend(const LinearWeight& w) {
+  LinearWeight out;
+  if (!w.is_fp8_block()) {
+    out.weight = to_backend(w.weight);
+    return out;
+  }
+  // cuBLASLt's block-scaled GEMM takes 128 x 128 blocks over whole blocks only (a ragged last block
+  // of rows, as kv_a's 576, reads garbage scales): other weights run dequantized to BF16.
+  if (w.block_n != 128 || w.block_k != 128 || w.in_features() % 128 != 0 || w.out_features() % 128 != 0) {
+    out.weight = to_backend(dequantize(w));
+    return out;
+  }
+  out.weight = to_device(w.weight);
+  out.scale_inv = to_device(w.scale_inv.to_f32());
+  out.block_n = w.block_n, out.block_k = w.block_k;
+  return out;
+}
+
+void CudaBackend::quantize_fp8_per_token_group(const Tensor& x, int64_t group, Tensor& q, Tensor& scales) {
+  int64_t T = x.defined() ? x.size(0) : 0, K = x.defined() && x.ndim() == 2 ? x.size(1) : 0;
+  MLA_CHECK(group > 0, "quantize_fp8_per_token_group: group size {} must be positive", group);
+  check_matrix(x, DType::BF16, T, K, "quantize_fp8 x");
+  check_matrix(q, DType::F8_E4M3, T, K, "quantize_fp8 q");
+  check_matrix(scales, DType::F32, T, (K + group - 1) / group, "quantize_fp8 scales");
+  launch_quantize_fp8_per_token_group(x.raw(), x.stride(0), T, K, group, q.raw(), q.stride(0), scales.data<float>(),
+                                      scales.stride(0), 1, stream_);
+}
+
+void CudaBackend::linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) {
+  MLA_CHECK(w.is_fp8_block() && w.block_n == 128 && w.block_k == 128,
+            "linear_fp8_w8a8: the weight must be FP8 with 128 x 128 block scales");
+  int64_t T = q.defined() ? q.size(0) : 0, K = w.in_features(), N = w.out_features(), G = (K + 127) / 128;
+  check_matrix(q, DType::F8_E4M3, T, K, "linear_fp8_w8a8 q");
+  check_matrix(scales, DType::F32, T, G, "linear_fp8_w8a8 scales");
+  check_matrix(w.weight, DType::F8_E4M3, N, K, "linear_fp8_w8a8 weight");
+  check_matrix(w.scale_inv, DType::F32, (N + 127) / 128, G, "linear_fp8_w8a8 weight scale_inv");
+  MLA_CHECK(out.defined() && out.device() == Device::CUDA && (out.dtype() == DType::BF16 || out.dtype() == DType::F32) &&
+                out.ndim() == 2 && out.stride(1) == 1 && out.size(0) == T && out.size(1) == N,
+            "linear_fp8_w8a8 out: expected a device BF16 or F32 [{}, {}], got {}", T, N,
+            out.defined() ? out.describe() : "nothing");
+  MLA_CHECK(scales.is_contiguous() && w.scale_inv.is_contiguous() && q.stride(0) % 16 == 0 && K % 16 == 0,
+            "linear_fp8_w8a8: scales must be contiguous and rows 16-byte aligned");
+  if (T == 0) return;
+  // cuBLASLt wants the activation scales token-contiguous ([G, T]) and the tokens a multiple of 16
+  // (it has no algorithm for T = 1): the rows are padded with zeros in scratch buffers and the
+  // output's first T rows copied back.
+  const int64_t Tp = (T + 15) / 16 * 16;
+  Tensor scales_t = empty(DType::F32, {G, Tp});
+  launch_transpose_scales(scales.data<float>(), scales.stride(0), T, G, scales_t.data<float>(), Tp, stream_);
+  Tensor q_pad, out_pad;
+  const void* qp = q.raw();
+  void* op = out.raw();
+  int64_t ldq = q.stride(0), ldo = out.stride(0);
+  if (Tp != T) {
+    q_pad = empty(DType::F8_E4M3, {Tp, K});
+    CUDA_CHECK(cudaMemsetAsync(q_pad.raw(), 0, q_pad.nbytes(), stream_));
+    CUDA_CHECK(cudaMemcpy2DAsync(q_pad.raw(), K, q.raw(), q.stride(0), K, T, cudaMemcpyDeviceToDevice, stream_));
+    out_pad = empty(out.dtype(), {Tp, N});
+    qp = q_pad.raw(), op = out_pad.raw(), ldq = K, ldo = N;
+  }
+  gemm_->fp8_block_nt(qp, ldq, scales_t.data<float>(), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
+                      op, ldo, out.dtype() == DType::F32, Tp, N, K, stream_);
+  if (Tp != T) {
+    const size_t elem = dtype_size(out.dtype());
+    CUDA_CHECK(cudaMemcpy2DAsync(out.raw(), out.stride(0) * elem, out_pad.raw(), N * elem, N * elem, T,
+                                 cudaMemcpyDeviceToDevice, stream_));
+  }
+}
+
+}  // namespace mlaserve::cuda

@@ -1,0 +1,89 @@
+// The CUDA FP8 W8A8 linear against the CPU reference: per-token-group quantization (exact), the
+// block-scaled GEMM (same e4m3 inputs and scales, fp32 accumulation), and the whole apply_linear.
+#include "gpu_test_util.h"
+
+#include "kernels/cpu/cpu_backend.h"
+#include "weights/fp8_block_quant.h"
+
+namespace mlaserve {
+namespace {
+
+using namespace gputest;
+
+class Fp8Linear : public GpuTest {
+ protected:
+  // Random activations that BF16 holds exactly, so both backends quantize the same values.
+  Tensor bf16_exact(Shape shape, uint64_t s, float std) {
+    return to_dtype(random_f32(shape, s, std), DType::BF16).to_f32();
+  }
+};
+
+TEST_F(Fp8Linear, QuantizationMatchesTheReferenceExactly) {
+  for (int64_t K : {7168, 1536, 576, 200}) {
+    for (int64_t T : {1, 7, 130}) {
+      Tensor x = bf16_exact({T, K}, seed + K + T, 3.0f);
+      int64_t G = (K + 127) / 128;
+      Tensor want_q = Tensor::empty(DType::F8_E4M3, {T, K}), want_s = Tensor::empty(DType::F32, {T, G});
+      cpu->quantize_fp8_per_token_group(x, 128, want_q, want_s);
+      Tensor q = poisoned(gpu, DType::F8_E4M3, {T, K}), s = poisoned(gpu, DType::F32, {T, G});
+      gpu.quantize_fp8_per_token_group(dev_bf16(x), 128, q, s);
+      Tensor got_q = gpu.to_host(q), got_s = gpu.to_host(s);
+      int64_t q_diff = 0, s_diff = 0;
+      for (int64_t i = 0; i < T * K; ++i) q_diff += got_q.data<uint8_t>()[i] != want_q.data<uint8_t>()[i];
+      for (int64_t i = 0; i < T * G; ++i) s_diff += got_s.data<float>()[i] != want_s.data<float>()[i];
+      EXPECT_EQ(q_diff, 0) << "T=" << T << " K=" << K;
+      EXPECT_EQ(s_diff, 0) << "T=" << T << " K=" << K;
+    }
+  }
+}
+
+// DeepSeek-V3 dense shapes (scaled down in N where the CPU reference would be slow), token counts
+// that are not multiples of 16, and kv_a (N = 576, a ragged last block: runs as BF16).
+TEST_F(Fp8Linear, BlockScaledGemmMatchesTheReference) {
+  struct Shape3 {
+    int64_t N, K;
+  };
+  for (Shape3 sh : {Shape3{576, 7168}, Shape3{1536, 7168}, Shape3{2048, 1536}, Shape3{1024, 2048}}) {
+    LinearWeight w = quantize_fp8_blocks(random_f32({sh.N, sh.K}, seed + sh.N, 0.05f), 128, 128);
+    LinearWeight wd = gpu.to_backend(w);
+    if (sh.N % 128 != 0) {
+      EXPECT_FALSE(wd.is_fp8_block()) << "a ragged last block runs dequantized";
+      continue;
+    }
+    ASSERT_TRUE(wd.is_fp8_block()) << "FP8 blocks stay FP8 on the device";
+    for (int64_t T : {1, 5, 64, 300}) {
+      Tensor x = bf16_exact({T, sh.K}, seed + T, 1.0f);
+      int64_t G = (sh.K + 127) / 128;
+      Tensor q = Tensor::empty(DType::F8_E4M3, {T, sh.K}), s = Tensor::empty(DType::F32, {T, G});
+      cpu->quantize_fp8_per_token_group(x, 128, q, s);
+      Tensor want = Tensor::empty(DType::F32, {T, sh.N});
+      cpu->linear_fp8_w8a8(q, s, w, want);
+      for (DType out_dt : {DType::BF16, DType::F32}) {
+        Tensor out = poisoned(gpu, out_dt, {T, sh.N});
+        gpu.linear_fp8_w8a8(gpu.to_device(q), gpu.to_device(s), wd, out);
+        double err = rel_l2(gpu.to_host(out), want);
+        std::printf("  fp8 gemm T=%lld N=%lld K=%lld %s: rel_l2 %.2e\n", (long long)T, (long long)sh.N,
+                    (long long)sh.K, std::string(dtype_name(out_dt)).c_str(), err);
+        worst = std::max(worst, err);
+        EXPECT_LE(err, out_dt == DType::BF16 ? kBf16Tolerance : 5e-4) << "T=" << T << " N=" << sh.N;
+      }
+    }
+  }
+}
+
+TEST_F(Fp8Linear, ApplyLinearQuantizesAndMultiplies) {
+  LinearWeight w = quantize_fp8_blocks(random_f32({1536, 7168}, seed, 0.05f), 128, 128);
+  Tensor x = bf16_exact({9, 7168}, seed + 1, 1.0f);
+  Tensor want = Tensor::empty(DType::F32, {9, 1536});
+  apply_linear(*cpu, x, w, want);
+  Tensor out = poisoned(gpu, DType::BF16, {9, 1536});
+  apply_linear(gpu, dev_bf16(x), gpu.to_backend(w), out);
+  EXPECT_LE(rel_l2(gpu.to_host(out), want), kBf16Tolerance);
+  // The plain linear op takes an FP8 weight the same way.
+  Tensor out2 = poisoned(gpu, DType::BF16, {9, 1536});
+  gpu.linear(dev_bf16(x), gpu.to_backend(w), out2);
+  EXPECT_LE(rel_l2(gpu.to_host(out2), want), kBf16Tolerance);
+}
+
+}  // namespace
+}  // namespace mlaserve
