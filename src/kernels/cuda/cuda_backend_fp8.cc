@@ -1,23 +1,13 @@
 // CudaBackend's FP8 W8A8 linear: per-token-group activation quantization (fp8_quant.cu) and the
 // block-scaled GEMM of GemmRunner (cuBLASLt), with FP8 weights kept as e4m3 plus their block scales.
+#include <cuda_runtime.h>
+
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/fp8_quant.h"
 #include "kernels/cuda/gemm_runner.h"
-
-#include <cuda_runtime.h>
+#include "kernels/cuda/tensor_checks.h"
 
 namespace mlaserve::cuda {
-
-namespace {
-
-void check_matrix(const Tensor& t, DType dtype, int64_t rows, int64_t cols, const char* what) {
-  MLA_CHECK(t.defined() && t.device() == Device::CUDA && t.dtype() == dtype && t.ndim() == 2 && t.stride(1) == 1 &&
-                t.size(0) == rows && t.size(1) == cols,
-            "{}: expected a device {}[{}, {}] with a contiguous last dim, got {}", what, dtype_name(dtype), rows, cols,
-            t.defined() ? t.describe() : "nothing");
-}
-
-}  // namespace
 
 LinearWeight CudaBackend::to_backend(const LinearWeight& w) {
   LinearWeight out;

@@ -4,17 +4,11 @@
 #include "kernels/cuda/gemm_runner.h"
 #include "kernels/cuda/moe_experts.h"
 #include "kernels/cuda/moe_route.h"
+#include "kernels/cuda/tensor_checks.h"
 
 namespace mlaserve::cuda {
 
 namespace {
-
-void check_matrix(const Tensor& t, DType dtype, int64_t rows, int64_t cols, const char* what) {
-  MLA_CHECK(t.defined() && t.device() == Device::CUDA && t.dtype() == dtype && t.ndim() == 2 && t.stride(1) == 1 &&
-                t.size(0) == rows && t.size(1) == cols,
-            "{}: expected a device {}[{}, {}] with a contiguous last dim, got {}", what, dtype_name(dtype), rows, cols,
-            t.defined() ? t.describe() : "nothing");
-}
 
 void check_expert_weight(const LinearWeight& w, int64_t rows, int64_t cols, const char* what, size_t e) {
   MLA_CHECK(!w.is_fp8_block() && w.weight.defined() && w.weight.device() == Device::CUDA &&
