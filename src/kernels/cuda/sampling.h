@@ -1,12 +1,21 @@
-// Token sampling on the device, one block per row, drawing exactly what CpuBackend::sample draws:
-// greedy arg-max (lowest index on ties), or temperature, top-k, top-p, min-p over the logits in
-// descending order (ties by index) and an inverse-CDF draw with uniform01(seed, step).
+// Token sampling on the device, drawing exactly what CpuBackend::sample draws: greedy arg-max
+// (lowest index on ties), or temperature, top-k, top-p, min-p over the logits in descending order
+// (ties by index) and an inverse-CDF draw with uniform01(seed, step).
 //
 // Nothing is sorted: every quantity the reference reads off the sorted order (the k-th logit, the
 // prefix reaching top_p of the mass, the token where the cumulative mass passes u * mass) is found
-// by a three-level radix descent over the logits' order-preserving 32-bit keys, with a 2048-bin
-// histogram of counts and probability mass per level. Masses are fixed point (2^-46 units, the
-// best token's weight is exp(0) = 2^46), so sums are exact and the draw is deterministic.
+// by a descent through histograms of counts and probability mass. Masses are fixed point (2^-46
+// units, the best token's weight is exp(0) = 2^46), so sums are exact and the draw deterministic,
+// whatever the order of the additions.
+//
+// A row is one thread-block cluster (8 or 16 blocks, each a slice of the vocabulary); histograms
+// are merged through distributed shared memory, so no scratch memory is needed. Passes over the
+// row: its maximum; every weight, once, into a 2048-bin coarse histogram whose bins are equal
+// steps of logit below the maximum (the bulk of a row spreads over many bins); and per descent
+// (top-k, top-p, the draw) a pass that collects the elements of the one coarse bin it lands in.
+// The blocks keep those (key, index, weight) for the radix levels over the key bits that vary
+// within that bin, mostly one or two. A block whose share of the bin overflows its list goes over
+// its slice again in each level instead, with the same result.
 #pragma once
 
 #include <cuda_runtime.h>
