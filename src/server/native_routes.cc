@@ -87,9 +87,7 @@ void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::R
   if (!body.is_object() || !body.contains("prompt") || !(body["prompt"].is_string() || is_strings(body["prompt"])))
     throw ApiError(400, "'prompt' must be a string or a list of strings", "prompt");
   check_known_fields(body, {"prompt", "add_special_tokens", "model"});
-  if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_boolean())
-    throw ApiError(400, "'add_special_tokens' must be a boolean", "add_special_tokens");
-  bool special = body.value("add_special_tokens", true);
+  bool special = optional_bool(body, "add_special_tokens", true);
   auto encode = [&](const json& text) {
     try {
       return ctx.tokenizer->encode(text.get<std::string>(), special);
@@ -121,9 +119,7 @@ void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib:
   if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
     throw ApiError(400, "'tokens' must be a list of token ids or a list of such lists", "tokens");
   check_known_fields(body, {"tokens", "skip_special_tokens", "model"});
-  if (body.contains("skip_special_tokens") && !body["skip_special_tokens"].is_boolean())
-    throw ApiError(400, "'skip_special_tokens' must be a boolean", "skip_special_tokens");
-  bool skip = body.value("skip_special_tokens", true);
+  bool skip = optional_bool(body, "skip_special_tokens", true);
   auto decode = [&](const json& list) {
     std::vector<int32_t> ids;
     for (auto& t : list) {

@@ -130,6 +130,10 @@ void reject_unsupported(const json& j, const char* key, const std::string& why) 
 
 }  // namespace
 
+bool optional_bool(const json& body, const char* key, bool fallback) {
+  return body.contains(key) ? boolean(body, key) : fallback;
+}
+
 void check_known_fields(const json& body, const std::set<std::string>& known) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   for (auto it = body.begin(); it != body.end(); ++it)

@@ -15,6 +15,8 @@ namespace mlaserve {
 
 // 400 unless `body` is an object whose every field is in `known`.
 void check_known_fields(const nlohmann::json& body, const std::set<std::string>& known);
+// body[key] as a bool, `fallback` when absent; anything else (null too) is a 400 naming the field.
+bool optional_bool(const nlohmann::json& body, const char* key, bool fallback);
 
 struct ParseLimits {
   int max_n = 16;
