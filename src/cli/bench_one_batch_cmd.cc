@@ -29,6 +29,7 @@ struct OneBatchArgs {
   std::string device = "cpu";
   int num_layers = 0;  // > 0: cut the model to this many layers (for shapes too big to hold)
   bool disable_cuda_graph = false;
+  bool disable_shared_experts_fusion = false;
   std::string result_file;
 };
 
@@ -75,7 +76,8 @@ void run(const OneBatchArgs& a) {
   int max_len = *std::max_element(a.input_lens.begin(), a.input_lens.end()) +
                 *std::max_element(a.output_lens.begin(), a.output_lens.end());
   DType kv_dtype = backend->activation_dtype();
-  ModelRunner runner(std::move(backend), config, std::move(weights), int64_t(max_bs) * max_len, kv_dtype);
+  ModelRunner runner(std::move(backend), config, std::move(weights), int64_t(max_bs) * max_len, kv_dtype,
+                     {.fuse_shared_experts = !a.disable_shared_experts_fusion});
   Backend& ops = runner.backend();
   // Like the server: decode batches replay CUDA graphs, captured here for the batch sizes timed.
   if (ops.supports_graphs() && !a.disable_cuda_graph) runner.capture_decode_graphs(a.batch_sizes);
@@ -127,7 +129,8 @@ void run(const OneBatchArgs& a) {
                     weight_bytes / 1e9);
         if (!a.result_file.empty()) {
           nlohmann::json j = {{"model", a.load.model}, {"device", a.device},
-                              {"cuda_graph", graph}, {"num_layers", config.num_hidden_layers},
+                              {"cuda_graph", graph}, {"shared_experts_fusion", !a.disable_shared_experts_fusion},
+                              {"num_layers", config.num_hidden_layers},
                               {"batch_size", bs}, {"input_len", in_len}, {"output_len", out_len},
                               {"prefill_latency_s", prefill}, {"prefill_throughput", double(bs) * in_len / prefill},
                               {"median_decode_latency_s", median},
@@ -153,6 +156,8 @@ void register_bench_one_batch(CLI::App& app) {
   cmd->add_option("--output-len", a->output_lens, "One or more")->capture_default_str();
   cmd->add_option("--num-layers", a->num_layers, "Cut the model to this many layers (dummy weights)");
   cmd->add_flag("--disable-cuda-graph", a->disable_cuda_graph, "Time eager decode steps (no CUDA graphs)");
+  cmd->add_flag("--disable-shared-experts-fusion", a->disable_shared_experts_fusion,
+                "Run MoE shared experts as their own MLP, not as extra experts every token picks");
   cmd->add_option("--result-filename", a->result_file, "Append one JSON line per configuration");
   cmd->callback([a] { run(*a); });
 }

@@ -38,6 +38,7 @@ struct GenerateArgs {
   std::string attention_form = "auto";
   std::string device = "cpu";
   std::string kv_cache_dtype = "auto";
+  bool disable_shared_experts_fusion = false;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
@@ -82,7 +83,8 @@ void run_generate(const GenerateArgs& a) {
   load.device = backend.get();
   LoadedModel loaded = load_model(load);
   auto sampler = make_cpu_backend();  // draws on the host logits: the reference sampler
-  DeepseekModel model(loaded.config, std::move(loaded.weights), *backend);
+  DeepseekModel model(loaded.config, std::move(loaded.weights), *backend,
+                      {.fuse_shared_experts = !a.disable_shared_experts_fusion});
   const ModelConfig& c = model.config();
   int64_t total = int64_t(prompt.size()) + a.max_new_tokens;
   MLA_CHECK(total <= c.max_position_embeddings, "prompt + new tokens ({}) exceed max_position_embeddings ({})", total,
@@ -158,6 +160,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--device", args->device, "cpu | cuda")->capture_default_str();
   cmd->add_option("--attention-form", args->attention_form, "auto | mha | absorbed (MLA form of every pass)")
       ->capture_default_str();
+  cmd->add_flag("--disable-shared-experts-fusion", args->disable_shared_experts_fusion,
+                "Run MoE shared experts as their own MLP, not as extra experts every token picks");
   cmd->callback([args] { run_generate(*args); });
 }
 

@@ -60,7 +60,8 @@ void run_serve(ServerArgs args) {
   pool.graph_max_bs = graph_sizes.empty() ? 0 : graph_sizes.back();
   ModelRunner runner(
       std::move(backend), loaded.config, std::move(loaded.weights),
-      [&](Backend& b) { return kv_pool_tokens(b, loaded.config, kv_dtype, pool); }, kv_dtype);
+      [&](Backend& b) { return kv_pool_tokens(b, loaded.config, kv_dtype, pool); }, kv_dtype,
+      {.fuse_shared_experts = !args.disable_shared_experts_fusion});
   if (!graph_sizes.empty()) runner.capture_decode_graphs(graph_sizes);
   int64_t slots = runner.num_slots();
   context = std::min(context, slots);  // a request longer than the pool could never run

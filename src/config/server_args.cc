@@ -33,6 +33,9 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
                "Run the decoding requests' next tokens in the same batch as a prefill chunk");
   cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto (fp32 on the CPU, bf16 on CUDA) | fp8_e4m3 (CPU)")
       ->capture_default_str();
+  cmd.add_flag("--disable-shared-experts-fusion", a.disable_shared_experts_fusion,
+               "Run MoE shared experts as their own MLP (by default batches of up to 256 tokens run them as "
+               "extra experts every token picks)");
   cmd.add_flag("--disable-cuda-graph", a.disable_cuda_graph, "Run decode batches eagerly, without CUDA graphs");
   cmd.add_option("--cuda-graph-max-bs", a.cuda_graph_max_bs,
                  "Largest decode batch captured as a CUDA graph (0: min(128, --max-running-requests))")
@@ -98,7 +101,8 @@ nlohmann::json ServerArgs::to_json() const {
           {"max_prefill_tokens", max_prefill_tokens}, {"schedule_policy", schedule_policy},
           {"disable_radix_cache", disable_radix_cache}, {"disable_overlap_schedule", disable_overlap_schedule},
           {"enable_mixed_chunk", enable_mixed_chunk},
-          {"kv_cache_dtype", kv_cache_dtype}, {"disable_cuda_graph", disable_cuda_graph},
+          {"kv_cache_dtype", kv_cache_dtype}, {"disable_shared_experts_fusion", disable_shared_experts_fusion},
+          {"disable_cuda_graph", disable_cuda_graph},
           {"cuda_graph_max_bs", cuda_graph_max_bs}, {"cuda_graph_bs", cuda_graph_bs}, {"host", host},
           {"port", port}, {"api_key_set", !api_key.empty()}, {"max_n", max_n}};
 }

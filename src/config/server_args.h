@@ -34,6 +34,9 @@ struct ServerArgs {
   bool disable_overlap_schedule = false;
   bool enable_mixed_chunk = false;   // decode tokens ride along with prefill chunks
   std::string kv_cache_dtype = "auto";
+  // Shared experts run as dense MLPs beside the routed ones (by default they are fused into the
+  // routed experts for batches of up to 256 tokens: DeepseekModelOptions)
+  bool disable_shared_experts_fusion = false;
   // CUDA graphs of decode (engine/decode_graphs.h)
   bool disable_cuda_graph = false;
   int cuda_graph_max_bs = 0;         // 0: min(128, --max-running-requests)

@@ -90,7 +90,8 @@ Tensor DecodeGraphs::host_inputs(const std::vector<SequenceInput>& seqs, int siz
   for (const SequenceInput& s : seqs) kv_total += int64_t(s.slots.size());
   kv_total += size - n;  // one scratch slot per padding row
   if (n > size || kv_total > max_kv_) return {};
-  Tensor host = Tensor::empty(DType::I32, {off_kv_ + kv_total});
+  // Filled where the backend uploads from (pinned memory on CUDA): one host write, no second copy.
+  Tensor host = model_.backend().upload_buffer(DType::I32, {off_kv_ + kv_total});
   int32_t* h = host.data<int32_t>();
   std::fill_n(h, off_kv_, 0);
   h[off_qstart_] = 0;

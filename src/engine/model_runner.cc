@@ -3,14 +3,15 @@
 namespace mlaserve {
 
 ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, ModelConfig config, ModelWeights weights,
-                         int64_t num_slots, DType kv_dtype)
+                         int64_t num_slots, DType kv_dtype, DeepseekModel::Options model_options)
     : ModelRunner(std::move(backend), std::move(config), std::move(weights), [num_slots](Backend&) { return num_slots; },
-                  kv_dtype) {}
+                  kv_dtype, model_options) {}
 
 ModelRunner::ModelRunner(std::unique_ptr<Backend> backend, ModelConfig config, ModelWeights weights,
-                         const std::function<int64_t(Backend&)>& kv_slots, DType kv_dtype)
+                         const std::function<int64_t(Backend&)>& kv_slots, DType kv_dtype,
+                         DeepseekModel::Options model_options)
     : backend_(std::move(backend)),
-      model_(std::move(config), std::move(weights), *backend_),
+      model_(std::move(config), std::move(weights), *backend_, model_options),
       kv_(*backend_, model_.config().num_hidden_layers, kv_slots(*backend_) + 1, model_.config().kv_cache_dim(),
           kv_dtype) {}
 

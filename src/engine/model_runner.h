@@ -16,10 +16,11 @@ namespace mlaserve {
 class ModelRunner {
  public:
   ModelRunner(std::unique_ptr<Backend> backend, ModelConfig config, ModelWeights weights, int64_t num_slots,
-              DType kv_dtype);
+              DType kv_dtype, DeepseekModel::Options model_options = {});
   // The pool sized once the weights are on the backend (the memory plan needs what is left).
   ModelRunner(std::unique_ptr<Backend> backend, ModelConfig config, ModelWeights weights,
-              const std::function<int64_t(Backend&)>& kv_slots, DType kv_dtype);
+              const std::function<int64_t(Backend&)>& kv_slots, DType kv_dtype,
+              DeepseekModel::Options model_options = {});
   ~ModelRunner();
 
   // Captures decode graphs for these batch sizes (the backend must support graphs); decode

@@ -25,6 +25,13 @@ struct MoeRouting {
   int32_t topk_groups = 1;
   bool renormalize = false;  // norm_topk_prob
   float routed_scaling_factor = 1.0f;
+  // Shared experts fused into the routed ones (the model appends the shared MLP's chunks after the
+  // routed experts): moe_route then writes top_k + num_fused_shared slots a token, ids and weights
+  // [T, top_k + num_fused_shared], extra slot j naming expert num_experts + j with weight exactly
+  // 1 (a shared expert is not scaled by routed_scaling_factor).
+  int32_t num_fused_shared = 0;
+
+  int32_t slots() const { return top_k + num_fused_shared; }
 };
 
 }  // namespace mlaserve

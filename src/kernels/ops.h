@@ -91,6 +91,10 @@ class Backend {
   // Copies a host tensor into `dst`, a backend tensor of the same dtype and element count, in
   // the order of this backend's work (the host tensor may be dropped right after the call).
   virtual void copy_from_host(const Tensor& host, Tensor& dst);
+  // A host tensor to fill and hand to copy_from_host: where uploads are staged in pinned memory
+  // (CUDA), that is where it lives, so the upload makes no second host copy. It stays valid until
+  // the next call of either member.
+  virtual Tensor upload_buffer(DType dtype, Shape shape) { return Tensor::empty(dtype, std::move(shape)); }
 
   // Graphs (CUDA graphs): the ops `work` calls are recorded, not run, and the graph replays them
   // with the same arguments, reading whatever the tensors they were given hold at replay time.
@@ -137,6 +141,14 @@ class Backend {
   // [num_slots, kv_dim] in the pool's dtype (FP8 rows round and saturate). kv_scale is the layer's
   // cache scale (1 unless a checkpoint gives one); every op that reads the cache multiplies it back.
   virtual void kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache, float kv_scale) = 0;
+  // What MLA does to the new tokens between the projections and attention, as one op: the
+  // latent's first kv_lora columns become rmsnorm(them) * norm, its last rope columns (k_pe) and
+  // q_pe are rotated in place, then kv_store(latent, slots, cache, kv_scale). latent [T, kv_lora +
+  // rope], q_pe [T, H, rope]. The default runs those ops in turn (backend_fused.cc); a backend may
+  // do it in one pass a token.
+  virtual void mla_norm_rope_store(Tensor& latent, Tensor& q_pe, const Tensor& norm, float eps,
+                                   const Tensor& positions, const RopeTable& rope, const Tensor& slots, Tensor& cache,
+                                   float kv_scale);
   // out[i] = cache[indices[i]] * kv_scale. indices [S], out [S, kv_dim] F32/activation dtype.
   virtual void kv_gather(const Tensor& cache, float kv_scale, const Tensor& indices, Tensor& out) = 0;
   // MLA in MHA form (prefill): keys and values decompressed per head.
@@ -155,13 +167,17 @@ class Backend {
   // out[t, h] = w_uv[h] · latent[t, h]. latent [T, H, kv_lora], w_uv [H, v, kv_lora], out [T, H, v].
   virtual void mla_absorb_out(const Tensor& latent, const Tensor& w_uv, Tensor& out) = 0;
 
-  // Router: logits [T, E] F32 (and the V3 correction bias [E] or undefined) -> ids [T, k] I32,
-  // weights [T, k] F32 (scaled by routed_scaling_factor).
+  // Router: logits [T, E] F32 (and the V3 correction bias [E] or undefined) -> ids [T, s] I32,
+  // weights [T, s] F32 (scaled by routed_scaling_factor), s = routing.slots(): the top_k routed
+  // experts, then the num_fused_shared shared ones (ids E, E + 1, ..., weight 1).
   virtual void moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& routing, Tensor& ids,
                          Tensor& weights) = 0;
   // out[t] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t]). x, out [T, H].
   virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const std::vector<GatedMlpWeights>& experts, Tensor& out) = 0;
+  // The most experts one moe_experts call takes: the model fuses the shared experts into the
+  // routed ones only where routed + shared fit.
+  virtual int64_t max_moe_experts() const { return INT32_MAX; }
 
   // One token per row of logits [B, V] (F32); out [B] I32.
   virtual void sample(const Tensor& logits, const std::vector<SamplingParams>& params, Tensor& out) = 0;

@@ -65,8 +65,8 @@ void move_weights_to_backend(ModelWeights& w, Backend& b) {
 
 ForwardBatch batch_to_backend(const ForwardBatch& batch, Backend& b) {
   if (b.device() == Device::CPU) return batch;
-  // One copy for all index arrays (each starts 16-byte aligned): per-array copies would each wait
-  // for the device.
+  // One upload for all index arrays (each starts 16-byte aligned): per-array copies would each wait
+  // for the device. They are packed where the backend uploads from, so that is the only host copy.
   ForwardBatch d = batch;
   Tensor* parts[] = {&d.input_ids, &d.positions, &d.out_slots, &d.logit_rows, &d.attn.seq_lens,
                      &d.attn.query_start, &d.attn.kv_start, &d.attn.kv_indices};
@@ -76,7 +76,7 @@ ForwardBatch batch_to_backend(const ForwardBatch& batch, Backend& b) {
     offsets.push_back(total);
     total += (t->numel() + 3) / 4 * 4;
   }
-  Tensor host = Tensor::empty(DType::I32, {std::max<int64_t>(total, 1)});
+  Tensor host = b.upload_buffer(DType::I32, {std::max<int64_t>(total, 1)});
   for (size_t i = 0; i < offsets.size(); ++i) {
     Tensor src = parts[i]->contiguous();
     std::copy_n(src.data<int32_t>(), src.numel(), host.data<int32_t>() + offsets[i]);

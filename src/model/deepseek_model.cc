@@ -1,6 +1,9 @@
 #include "model/deepseek_model.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstring>
+#include <string>
 
 #include "common/error.h"
 #include "model/backend_weights.h"
@@ -45,10 +48,90 @@ void stack_gate_up(GatedMlpWeights& m, Backend& backend) {
   m.gate = m.up = LinearWeight{};
 }
 
+// A host copy of a linear weight (dummy weights may have been made on the device).
+LinearWeight on_host(const LinearWeight& w, Backend& backend) {
+  LinearWeight h = w;
+  h.weight = backend.to_host(w.weight);
+  if (w.is_fp8_block()) h.scale_inv = backend.to_host(w.scale_inv);
+  return h;
+}
+
+// Columns [start, start + n) of a host matrix, copied contiguous a row at a time.
+Tensor cut_columns(const Tensor& t, int64_t start, int64_t n) {
+  Tensor src = t.contiguous(), out = Tensor::empty(t.dtype(), {t.size(0), n});
+  size_t es = dtype_size(t.dtype());
+  for (int64_t r = 0; r < t.size(0); ++r)
+    std::memcpy(static_cast<char*>(out.raw()) + size_t(r * n) * es,
+                static_cast<const char*>(src.raw()) + size_t(r * t.size(1) + start) * es, size_t(n) * es);
+  return out;
+}
+
+// Chunk c of a gate or up matrix: rows [cI, (c+1)I) (a view), with their FP8 block scales.
+LinearWeight chunk_rows(const LinearWeight& w, int64_t c, int64_t I) {
+  LinearWeight out = w;
+  out.weight = w.weight.narrow(0, c * I, I);
+  if (w.is_fp8_block()) out.scale_inv = w.scale_inv.narrow(0, c * I / w.block_n, I / w.block_n);
+  return out;
+}
+
+// Chunk c of a down matrix: columns [cI, (c+1)I), with their FP8 block scales.
+LinearWeight chunk_columns(const LinearWeight& w, int64_t c, int64_t I) {
+  LinearWeight out = w;
+  out.weight = cut_columns(w.weight, c * I, I);
+  if (w.is_fp8_block()) out.scale_inv = cut_columns(w.scale_inv, c * I / w.block_k, I / w.block_k);
+  return out;
+}
+
+// Why a layer's shared MLP cannot run as ns experts of width I ("" when it can): the backend's
+// limit on experts, routed experts of another width, or weights that do not cut into chunks
+// (an FP8 block may not straddle two of them).
+std::string why_not_fusable(const MoeWeights& m, int64_t ns, int64_t I, const Backend& backend) {
+  int64_t E = int64_t(m.experts.size());
+  if (E + ns > backend.max_moe_experts())
+    return fmt::format("{} routed + {} shared experts exceed the {} that {}'s moe_experts takes", E, ns,
+                       backend.max_moe_experts(), backend.name());
+  if (E == 0 || m.experts[0].gate.out_features() != I) return "the routed experts are not moe_intermediate_size wide";
+  const LinearWeight &g = m.shared.gate, &u = m.shared.up, &d = m.shared.down;
+  if (!g.weight.defined() || !u.weight.defined() || !d.weight.defined())
+    return "the shared experts' gate, up and down are not apart";
+  int64_t H = d.out_features();
+  if (g.weight.shape() != Shape{ns * I, H} || u.weight.shape() != Shape{ns * I, H} ||
+      d.weight.shape() != Shape{H, ns * I})
+    return fmt::format("shared experts of shapes {}, {}, {} do not cut into {} experts of {}", g.weight.describe(),
+                       u.weight.describe(), d.weight.describe(), ns, I);
+  // Scales must be [blocks of rows, blocks of columns] with whole blocks in every chunk (one
+  // chunk is the whole MLP: nothing to cut).
+  auto whole_blocks = [&](const LinearWeight& w, int dim, int64_t block) {
+    return !w.is_fp8_block() || ns == 1 ||
+           (I % block == 0 && w.scale_inv.ndim() == 2 && w.scale_inv.size(dim) == ns * I / block);
+  };
+  if (!whole_blocks(g, 0, g.block_n) || !whole_blocks(u, 0, u.block_n) || !whole_blocks(d, 1, d.block_k))
+    return fmt::format("FP8 blocks (gate and up: {} rows, down: {} columns) straddle shared-expert chunks of {}",
+                       g.block_n, d.block_k, I);
+  return "";
+}
+
+// Appends the shared MLP's ns chunks to the experts and drops the shared weights (the chunks of
+// gate and up are views of them; down's are copies; one chunk is the weights themselves), so the
+// model holds one copy of them.
+void fuse_shared(MoeWeights& m, int64_t ns, int64_t I, Backend& backend) {
+  if (ns == 1) {
+    m.experts.push_back({m.shared.gate, m.shared.up, m.shared.down});
+  } else {
+    GatedMlpWeights s{on_host(m.shared.gate, backend), on_host(m.shared.up, backend),
+                      on_host(m.shared.down, backend)};
+    for (int64_t c = 0; c < ns; ++c)
+      m.experts.push_back({chunk_rows(s.gate, c, I), chunk_rows(s.up, c, I), chunk_columns(s.down, c, I)});
+  }
+  m.shared = GatedMlpWeights{};
+}
+
 }  // namespace
 
-DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& backend)
-    : config_(std::move(config)), weights_(std::move(weights)), backend_(backend) {
+DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& backend, Options options)
+    : config_(std::move(config)), weights_(std::move(weights)), backend_(backend), options_(options) {
+  MLA_CHECK(options_.shared_fusion_max_tokens >= 0, "shared_fusion_max_tokens must not be negative, got {}",
+            options_.shared_fusion_max_tokens);
   rope_ = make_rope_table(config_);
   rope_.inv_freq = backend_.to_backend(rope_.inv_freq);
   softmax_scale_ = float(config_.softmax_scale());
@@ -60,11 +143,42 @@ DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& 
     w_uk_.push_back(backend_.to_backend(uk));
     w_uv_.push_back(backend_.to_backend(uv));
   }
-  for (LayerWeights& l : weights_.layers) {
+  // Before gate and up are stacked (experts keep theirs apart) and before the weights move to the
+  // backend (the chunks move with the routed experts).
+  fuse_shared_experts();
+  for (size_t i = 0; i < weights_.layers.size(); ++i) {
+    LayerWeights& l = weights_.layers[i];
     if (!l.is_moe) stack_gate_up(l.mlp, backend_);
-    else if (l.moe.has_shared) stack_gate_up(l.moe.shared, backend_);
+    else if (l.moe.has_shared && shared_chunks_[i] == 0) stack_gate_up(l.moe.shared, backend_);
   }
   move_weights_to_backend(weights_, backend_);
+}
+
+void DeepseekModel::fuse_shared_experts() {
+  shared_chunks_.assign(weights_.layers.size(), 0);
+  int64_t ns = config_.n_shared_experts, I = config_.moe_intermediate_size, with_shared = 0, fused = 0;
+  std::string why_not;
+  for (size_t i = 0; i < weights_.layers.size(); ++i) {
+    MoeWeights& m = weights_.layers[i].moe;
+    if (!weights_.layers[i].is_moe || !m.has_shared) continue;
+    ++with_shared;
+    if (!options_.fuse_shared_experts) {
+      why_not = "shared experts fusion is disabled";
+      continue;
+    }
+    if (std::string why = why_not_fusable(m, ns, I, backend_); !why.empty()) {
+      why_not = why;
+      continue;
+    }
+    fuse_shared(m, ns, I, backend_);
+    shared_chunks_[i] = ns;
+    ++fused;
+  }
+  if (fused > 0)
+    spdlog::info("shared experts fused into the routed experts in {} of {} MoE layers ({} a layer, for batches of up "
+                 "to {} tokens)", fused, with_shared, ns, options_.shared_fusion_max_tokens);
+  if (fused < with_shared)
+    spdlog::info("shared experts of {} MoE layers run apart: {}", with_shared - fused, why_not);
 }
 
 Tensor DeepseekModel::forward(const ForwardBatch& host_batch, KvPool& kv) {
@@ -92,7 +206,7 @@ Tensor DeepseekModel::forward_on_backend(ForwardBatch batch, KvPool& kv) {
     else ops.add_rmsnorm(hidden, residual, w.input_norm, eps, normed);
     Tensor attn_out = attention(l, normed, batch, kv);
     ops.add_rmsnorm(attn_out, residual, w.post_attention_norm, eps, normed);
-    hidden = w.is_moe ? moe(w.moe, normed) : dense_mlp(w.mlp, normed);
+    hidden = w.is_moe ? moe(l, normed) : dense_mlp(w.mlp, normed);
   }
   ops.add_rmsnorm(hidden, residual, weights_.final_norm, eps, normed);
 
@@ -128,15 +242,12 @@ Tensor DeepseekModel::attention(int64_t l, const Tensor& x, const ForwardBatch& 
   // The token's cache entry: [rmsnorm(c_kv), rope(k_pe)], kv_lora + rope wide.
   Tensor latent = ops.empty(act, {T, L + rope});
   apply_linear(ops, x, w.kv_a_proj, latent);
-  Tensor c_kv = latent.narrow(1, 0, L);
-  ops.rmsnorm(c_kv, w.kv_a_norm, float(c.rms_norm_eps), c_kv);
-  Tensor k_pe = latent.narrow(1, L, rope).as_strided({T, 1, rope}, {latent.stride(0), rope, 1});
-  ops.rope(q_pe, batch.positions, rope_);
-  ops.rope(k_pe, batch.positions, rope_);
+  // rmsnorm(c_kv), rope(k_pe) and rope(q_pe), then the latent rows into the cache (one op).
   Tensor& cache = kv.layer(l);
   // A cache scale serves FP8's narrow range; wider caches hold the latents as they are.
   float kv_scale = cache.dtype() == DType::F8_E4M3 ? w.kv_cache_scale : 1.0f;
-  ops.kv_store(latent, batch.out_slots, cache, kv_scale);
+  ops.mla_norm_rope_store(latent, q_pe, w.kv_a_norm, float(c.rms_norm_eps), batch.positions, rope_, batch.out_slots,
+                          cache, kv_scale);
 
   Tensor out = ops.empty(act, {T, nh, V});
   if (batch.use_absorbed()) {
@@ -181,17 +292,27 @@ Tensor DeepseekModel::dense_mlp(const GatedMlpWeights& w, const Tensor& x) {
   return out;
 }
 
-Tensor DeepseekModel::moe(const MoeWeights& w, const Tensor& x) {
+Tensor DeepseekModel::moe(int64_t layer, const Tensor& x) {
   Backend& ops = backend_;
+  const MoeWeights& w = weights_.layers[size_t(layer)].moe;
   MoeRouting routing = config_.moe_routing();
-  int64_t T = x.size(0), k = routing.top_k;
+  int64_t T = x.size(0), chunks = shared_chunks_[size_t(layer)];
+  // A fused layer's shared chunks are the last experts: few tokens route to them (every token,
+  // weight 1); more tokens run them as dense MLPs below, which the routed ids never name.
+  bool route_shared = chunks > 0 && T <= options_.shared_fusion_max_tokens;
+  if (route_shared) routing.num_fused_shared = int32_t(chunks);
   Tensor router_logits = ops.empty(DType::F32, {T, routing.num_experts});
   ops.linear(x, LinearWeight{w.router, {}}, router_logits);
-  Tensor ids = ops.empty(DType::I32, {T, k}), weights = ops.empty(DType::F32, {T, k});
+  Tensor ids = ops.empty(DType::I32, {T, routing.slots()}), weights = ops.empty(DType::F32, {T, routing.slots()});
   ops.moe_route(router_logits, w.correction_bias, routing, ids, weights);
   Tensor out = ops.empty(ops.activation_dtype(), {T, x.size(1)});
   ops.moe_experts(x, ids, weights, w.experts, out);
-  if (w.has_shared) ops.add(out, dense_mlp(w.shared, x));
+  if (chunks > 0 && !route_shared) {
+    for (size_t e = w.experts.size() - size_t(chunks); e < w.experts.size(); ++e)
+      ops.add(out, dense_mlp(w.experts[e], x));
+  } else if (chunks == 0 && w.has_shared) {
+    ops.add(out, dense_mlp(w.shared, x));
+  }
   ops.all_reduce(out);
   return out;
 }

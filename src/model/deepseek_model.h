@@ -13,9 +13,22 @@
 
 namespace mlaserve {
 
+// How the model runs what the weights leave open.
+struct DeepseekModelOptions {
+  // Shared experts fusion (off: --disable-shared-experts-fusion): each MoE layer's shared MLP,
+  // n_shared_experts * moe_intermediate_size wide, is cut at construction into n_shared_experts
+  // experts of moe_intermediate_size appended after the routed ones, and every token picks them
+  // with weight 1, so decode runs them in the routed experts' launches instead of four of its own.
+  bool fuse_shared_experts = true;
+  // Batches of more tokens run those chunks as dense MLPs beside the routed experts: at large
+  // token counts the grouped expert GEMM is slower than a dense GEMM.
+  int64_t shared_fusion_max_tokens = 256;
+};
+
 class DeepseekModel {
  public:
-  DeepseekModel(ModelConfig config, ModelWeights weights, Backend& backend);
+  using Options = DeepseekModelOptions;
+  DeepseekModel(ModelConfig config, ModelWeights weights, Backend& backend, Options options = {});
 
   // Runs the batch's new tokens (a host ForwardBatch), writes their latents into `kv`, and returns
   // the logits of the batch's logit_rows: [R, vocab] fp32, on the backend (Backend::to_host).
@@ -25,17 +38,25 @@ class DeepseekModel {
   Tensor forward_on_backend(ForwardBatch batch, KvPool& kv);
 
   const ModelConfig& config() const { return config_; }
+  // As the model arranged them: fused layers' experts end with the shared-expert chunks.
   const ModelWeights& weights() const { return weights_; }
   Backend& backend() { return backend_; }
 
  private:
   Tensor attention(int64_t layer, const Tensor& x, const ForwardBatch& batch, KvPool& kv);
   Tensor dense_mlp(const GatedMlpWeights& w, const Tensor& x);
-  Tensor moe(const MoeWeights& w, const Tensor& x);
+  Tensor moe(int64_t layer, const Tensor& x);
+  // Appends each MoE layer's shared-expert chunks to its experts where options_ and the weights
+  // allow (fills shared_chunks_).
+  void fuse_shared_experts();
 
   ModelConfig config_;
   ModelWeights weights_;
   Backend& backend_;
+  Options options_;
+  // Per layer: how many chunks of the shared MLP were appended to its experts (0: not fused; the
+  // shared MLP stays in MoeWeights::shared). Fused layers keep no other copy of it.
+  std::vector<int64_t> shared_chunks_;
   RopeTable rope_;
   float softmax_scale_;
   int64_t forward_count_ = 0;

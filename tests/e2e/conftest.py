@@ -71,9 +71,9 @@ def server():
 @pytest.fixture(scope="session")
 def plain_server():
     """No radix cache, small prefill chunks, paged KV, no overlap schedule, mixed prefill + decode
-    batches: must give the same greedy outputs."""
+    batches, shared experts apart from the routed ones: must give the same greedy outputs."""
     s = Server("--max-total-tokens", "40000", "--disable-radix-cache", "--chunked-prefill-size", "7", "--page-size", "4",
-               "--disable-overlap-schedule", "--enable-mixed-chunk")
+               "--disable-overlap-schedule", "--enable-mixed-chunk", "--disable-shared-experts-fusion")
     yield s
     s.stop()
 

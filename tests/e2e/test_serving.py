@@ -35,7 +35,8 @@ def test_shared_prefix_is_cached_and_outputs_unchanged(server, plain_server):
     for r in rest:
         assert r["usage"]["prompt_tokens_details"]["cached_tokens"] >= 60
     assert metric(server, "cache_hit_rate") > 0
-    # Same outputs without the radix cache, with 7-token prefill chunks, 4-token pages and no overlap.
+    # Same outputs without the radix cache, with 7-token prefill chunks, 4-token pages, no overlap and
+    # the shared experts apart.
     for p, r in zip(prompts, [first] + rest):
         assert greedy(plain_server, p)["choices"][0]["text"] == r["choices"][0]["text"]
 

@@ -19,6 +19,7 @@
 #include "kernels/cuda/moe_experts.h"
 #include "kernels/cuda/mla_decode.h"
 #include "kernels/cuda/mla_prefill.h"
+#include "kernels/cuda/skinny_gemm.h"
 
 using namespace mlaserve;
 
@@ -443,7 +444,7 @@ void bench_fp8_linear(cuda::CudaBackend& gpu, double copy_bw, std::vector<Row>& 
 
 int main(int argc, char** argv) {
   // --json FILE: the rows as JSON too; --only GROUP (rows, linear, mla_prefill, mla_absorb,
-  // mla_decode, moe, sampling, fp8_linear): run only that group, after the two ceilings; --shape TEXT: only the
+  // mla_decode, moe, sampling, fp8_linear, skinny): run only that group, after the two ceilings; --shape TEXT: only the
   // mla_decode cases whose shape contains TEXT (to profile one).
   std::string json_path, only;
   for (int i = 1; i + 1 < argc; ++i) {
@@ -522,6 +523,33 @@ int main(int argc, char** argv) {
       double moved = 2.0 * (l.N * l.K + T * l.K + T * l.N), flops = 2.0 * T * l.N * l.K;
       flop_row(std::string("linear ") + l.name, fmt::format("T={} N={} K={}", T, l.N, l.K), ms, flops, moved);
     }
+  }
+
+  // The skinny GEMM at one token over the decode shapes, each split-K count beside the default.
+  for (Lin l : std::vector<Lin>{{"v2lite.q", 3072, 2048}, {"v2lite.kv_a", 576, 2048}, {"v2lite.o", 2048, 2048},
+                               {"v2lite.router", 64, 2048}, {"v2lite.shared_gate_up", 5632, 2048},
+                               {"v2lite.shared_down", 2048, 2816}, {"v3.q_a", 1536, 7168}, {"v3.kv_a", 576, 7168},
+                               {"v3.o", 7168, 16384}}) {
+    if (!run("skinny")) break;
+    int n_sets = int(std::max<int64_t>(1, std::min<int64_t>(16, (int64_t(400) << 20) / (l.N * l.K * 2) + 1)));
+    std::vector<Tensor> ws;
+    for (int i = 0; i < n_sets; ++i) ws.push_back(random_bf16({l.N, l.K}, 300 + i, 0.02f));
+    Tensor x = random_bf16({1, l.K}, 6), y = gpu.empty(DType::F32, {1, l.N});
+    Tensor partials = gpu.empty(DType::F32, {int64_t(cuda::skinny_gemm_partial_floats(l.N, cuda::kSkinnyGemmMaxSplits))});
+    int* counters;
+    CUDA_CHECK(cudaMalloc(&counters, size_t(l.N / 16 + 1) * sizeof(int)));
+    CUDA_CHECK(cudaMemset(counters, 0, size_t(l.N / 16 + 1) * sizeof(int)));
+    int chosen = cuda::skinny_gemm_splits(l.N, l.K, prop.multiProcessorCount);
+    for (int splits : {1, 2, 4, 8}) {
+      cuda::SkinnySplit split{splits, partials.data<float>(), counters};
+      double ms = time_ms([&](int i) {
+        cuda::launch_skinny_gemm(x.raw(), l.K, ws[size_t(i % n_sets)].raw(), l.K, y.raw(), l.N, true, 1, l.N, l.K,
+                                 split, gpu.stream());
+      });
+      mem_row(fmt::format("skinny {}{}", l.name, splits == chosen ? " (default)" : ""),
+              fmt::format("N={} K={} splits={}", l.N, l.K, splits), ms, 2.0 * l.N * l.K);
+    }
+    CUDA_CHECK(cudaFree(counters));
   }
 
   if (run("fp8_linear")) bench_fp8_linear(gpu, copy_bw, rows);

@@ -129,6 +129,35 @@ TEST_F(CudaOps, RopeOnQueryHeadsAndTheLatent) {
   EXPECT_LE(rel_l2(gpu.to_host(lg), lc), kBf16Tolerance);
 }
 
+TEST_F(CudaOps, MlaNormRopeStoreMatchesTheSeparateOps) {
+  // The fused op against the CPU reference (the separate ops): V3 / V2-Lite heads, a token count
+  // that is not a multiple of anything, a latent view inside a wider row, BF16 and F32 norm weights.
+  for (int64_t H : {16, 128})
+    for (DType norm_dtype : {DType::BF16, DType::F32}) {
+      int64_t T = 37, slots = 300, L = 512, R = 64;
+      Tensor inv = Tensor::empty(DType::F32, {R / 2});
+      for (int i = 0; i < R / 2; ++i) inv.data<float>()[i] = std::pow(10000.0f, -float(2 * i) / float(R));
+      RopeTable host{inv, 0.7f}, dev{gpu.to_device(inv), 0.7f};
+      std::vector<int32_t> pos(T), where(T);
+      for (int64_t t = 0; t < T; ++t) pos[t] = int32_t((t * 977) % 5000), where[t] = int32_t((t * 7 + 11) % slots);
+      Tensor q = random_f32({T, H, 192}, seed), wide = random_f32({T, L + R + 8}, seed + 1);
+      Tensor norm = random_f32({L}, seed + 2, 0.5f, 1.0f), cache0 = random_f32({slots, L + R}, seed + 3);
+
+      Tensor qc = q.to_f32(), wc = wide.to_f32(), cc = cache0.to_f32();
+      Tensor lat = wc.narrow(1, 0, L + R), qpe = qc.narrow(2, 128, R);
+      cpu->mla_norm_rope_store(lat, qpe, norm, 1e-6f, Tensor::from_i32(pos), host, Tensor::from_i32(where), cc, 1.0f);
+
+      Tensor qg = dev_bf16(q), wg = dev_bf16(wide), cg = dev_bf16(cache0);
+      Tensor latg = wg.narrow(1, 0, L + R), qpeg = qg.narrow(2, 128, R);
+      gpu.mla_norm_rope_store(latg, qpeg, gpu.to_device(to_dtype(norm, norm_dtype)), 1e-6f,
+                              gpu.to_device(Tensor::from_i32(pos)), dev, gpu.to_device(Tensor::from_i32(where)), cg,
+                              1.0f);
+      EXPECT_LE(rel_l2(gpu.to_host(qg), qc), kBf16Tolerance) << "q_pe H=" << H;
+      EXPECT_LE(rel_l2(gpu.to_host(wg), wc), kBf16Tolerance) << "latent H=" << H;
+      EXPECT_LE(rel_l2(gpu.to_host(cg), cc), kBf16Tolerance) << "cache H=" << H;
+    }
+}
+
 TEST_F(CudaOps, KvStoreAndGather) {
   int64_t slots = 300, T = 41;
   Tensor latent = random_f32({T, 576}, seed);

@@ -1,6 +1,7 @@
 // CUDA moe_route and moe_experts against the CPU reference: the three routing methods at V2-Lite,
-// V2 and V3 sizes (ids must match exactly), and the experts over both paths (decode kernels at
-// few tokens, sorted per-expert GEMMs at many) at V2-Lite dims and with 64 and 256 experts.
+// V2 and V3 sizes (ids must match exactly), also with fused shared-expert slots, and the experts
+// over both paths (decode kernels at few tokens, sorted per-expert GEMMs at many) at V2-Lite dims
+// and with 64 and 256 experts.
 #include "gpu_test_util.h"
 
 #include "kernels/cpu/cpu_backend.h"
@@ -49,6 +50,49 @@ TEST_F(Moe, RouteMatchesTheReference) {
       worst = std::max(worst, err);
     }
   }
+}
+
+// Shared experts fused into the routing: after the top-k slots (as the reference), expert E + j
+// with weight exactly 1 in slot k + j.
+TEST_F(Moe, RouteWithFusedSharedExpertsMatchesTheReference) {
+  std::vector<RouteCase> cases = {
+      {"v2-lite greedy, 2 shared", {TopkMethod::Greedy, ScoringFunc::Softmax, 64, 6, 1, 1, false, 1.0f}, false},
+      {"v2 group-limited, 2 shared", {TopkMethod::GroupLimitedGreedy, ScoringFunc::Softmax, 160, 6, 8, 3, false, 16.0f},
+       false},
+      {"v3 noaux_tc, 1 shared", {TopkMethod::NoauxTc, ScoringFunc::Sigmoid, 256, 8, 8, 4, true, 2.5f}, true},
+  };
+  for (RouteCase c : cases) {
+    c.r.num_fused_shared = c.r.top_k == 8 ? 1 : 2;
+    for (int64_t T : {1, 5, 133}) {
+      int64_t E = c.r.num_experts, S = c.r.slots();
+      Tensor logits = random_f32({T, E}, seed + T + E, 2.0f);
+      Tensor bias = c.bias ? random_f32({E}, seed + 5, 0.2f) : Tensor();
+      Tensor ids_want = Tensor::empty(DType::I32, {T, S}), w_want = Tensor::empty(DType::F32, {T, S});
+      cpu->moe_route(logits, bias, c.r, ids_want, w_want);
+      Tensor ids = poisoned(gpu, DType::I32, {T, S}), w = poisoned(gpu, DType::F32, {T, S});
+      gpu.moe_route(gpu.to_device(logits), c.bias ? gpu.to_device(bias) : Tensor(), c.r, ids, w);
+      Tensor ids_got = gpu.to_host(ids), w_got = gpu.to_host(w);
+      int64_t mismatches = 0, shared_wrong = 0;
+      for (int64_t i = 0; i < T * S; ++i) {
+        mismatches += ids_got.data<int32_t>()[i] != ids_want.data<int32_t>()[i];
+        if (i % S >= c.r.top_k) shared_wrong += w_got.data<float>()[i] != 1.0f;
+      }
+      EXPECT_EQ(mismatches, 0) << c.name << " T=" << T;
+      EXPECT_EQ(shared_wrong, 0) << c.name << " T=" << T << ": shared slots must weigh exactly 1";
+      double err = rel_l2(w_got, w_want);
+      EXPECT_LE(err, 1e-5) << c.name << " T=" << T;
+      worst = std::max(worst, err);
+    }
+  }
+  // One lane writes each slot: more than 32 are refused, as are outputs without the fused slots.
+  MoeRouting wide{TopkMethod::Greedy, ScoringFunc::Softmax, 64, 30, 1, 1, false, 1.0f};
+  wide.num_fused_shared = 3;
+  Tensor logits = gpu.to_device(random_f32({2, 64}, seed));
+  Tensor ids = gpu.empty(DType::I32, {2, 33}), w = gpu.empty(DType::F32, {2, 33});
+  EXPECT_THROW(gpu.moe_route(logits, Tensor(), wide, ids, w), Error);
+  wide.top_k = 6;
+  Tensor short_ids = gpu.empty(DType::I32, {2, 6}), short_w = gpu.empty(DType::F32, {2, 6});
+  EXPECT_THROW(gpu.moe_route(logits, Tensor(), wide, short_ids, short_w), Error);
 }
 
 // Random routing: k distinct experts per token, positive weights.

@@ -45,6 +45,21 @@ TEST(GenerateCli, JsonOutputMatchesTheFixture) {
   EXPECT_EQ(logits->info("logits").dtype, DType::F32);
 }
 
+TEST(GenerateCli, SharedExpertsFusionOffGivesTheSameTokens) {
+  // v2_greedy has two shared experts: fused by default, apart with the flag; transformers' tokens both ways.
+  std::ifstream in(testing::model_fixture("v2_greedy") + "/reference.json");
+  auto ref = nlohmann::json::parse(in);
+  std::string ids;
+  for (int id : ref["prompts"][0].get<std::vector<int>>()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  size_t n = ref["greedy_continuations"][0].size();
+  for (std::string flag : {"", " --disable-shared-experts-fusion"}) {
+    Result r = run("generate --model " + testing::model_fixture("v2_greedy") + " --input-ids " + ids +
+                   " --max-new-tokens " + std::to_string(n) + " --ignore-eos --json" + flag);
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"], ref["greedy_continuations"][0]) << flag;
+  }
+}
+
 TEST(GenerateCli, SmallPresetPrintsTokens) {
   Result r = run("generate --model deepseek-v3-tiny --load-format dummy --input-ids 0,100,2000 --max-new-tokens 4 "
                  "--ignore-eos --json");

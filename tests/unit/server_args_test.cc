@@ -1,5 +1,5 @@
 // serve's CUDA graph flags: what they parse to, the batch sizes captured, and the combinations
-// refused at start.
+// refused at start; the other flags that parse to more than themselves.
 #include <gtest/gtest.h>
 
 #include "common/error.h"
@@ -50,6 +50,14 @@ TEST(ServerArgs, CudaGraphFlagsThatCannotWorkAreRefused) {
   EXPECT_NE(refusal(parse({"--device", "cuda", "--disable-cuda-graph", "--cuda-graph-max-bs", "8"}))
                 .find("contradicts"),
             std::string::npos);
+}
+
+TEST(ServerArgs, SharedExpertsFusionIsOnUnlessDisabled) {
+  EXPECT_FALSE(parse({}).disable_shared_experts_fusion);
+  ServerArgs off = parse({"--disable-shared-experts-fusion"});
+  EXPECT_TRUE(off.disable_shared_experts_fusion);
+  EXPECT_EQ(refusal(off), "");
+  EXPECT_EQ(off.to_json()["disable_shared_experts_fusion"], true);
 }
 
 TEST(ServerArgs, MixedChunkNeedsChunkedPrefill) {

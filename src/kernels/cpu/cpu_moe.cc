@@ -46,10 +46,13 @@ void mask_to_best_groups(std::vector<float>& choice, const MoeRouting& r, bool r
 
 void CpuBackend::moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& r, Tensor& ids,
                            Tensor& weights) {
-  int64_t T = logits.size(0), E = r.num_experts, k = r.top_k;
+  int64_t T = logits.size(0), E = r.num_experts, k = r.top_k, S = r.slots();
+  MLA_CHECK(r.num_fused_shared >= 0, "moe_route: num_fused_shared {} is negative", r.num_fused_shared);
   check_f32(logits, {T, E}, "moe_route logits");
-  MLA_CHECK(ids.dtype() == DType::I32 && ids.shape() == Shape({T, k}), "moe_route: ids must be I32[{}, {}]", T, k);
-  check_f32(weights, {T, k}, "moe_route weights");
+  MLA_CHECK(ids.dtype() == DType::I32 && ids.shape() == Shape({T, S}) && ids.is_contiguous(),
+            "moe_route: ids must be a contiguous I32[{}, {}] (top-{} and {} fused shared), got {}", T, S, k,
+            r.num_fused_shared, ids.describe());
+  check_f32(weights, {T, S}, "moe_route weights");
   MLA_CHECK(E % r.num_groups == 0 && r.topk_groups <= r.num_groups && k <= E, "moe_route: inconsistent routing");
   Tensor b;
   if (bias.defined()) {
@@ -79,8 +82,13 @@ void CpuBackend::moe_route(const Tensor& logits, const Tensor& bias, const MoeRo
     for (int64_t j = 0; j < k; ++j) sum += scores[top[j]];
     float norm = (r.renormalize && k > 1) ? 1.0f / (sum + 1e-20f) : 1.0f;
     for (int64_t j = 0; j < k; ++j) {
-      ids.data<int32_t>()[t * k + j] = top[j];
+      ids.data<int32_t>()[t * S + j] = top[j];
       row_ptr(weights, t)[j] = scores[top[j]] * norm * r.routed_scaling_factor;
+    }
+    // Fused shared experts: every token takes each of them whole.
+    for (int64_t j = k; j < S; ++j) {
+      ids.data<int32_t>()[t * S + j] = int32_t(E + j - k);
+      row_ptr(weights, t)[j] = 1.0f;
     }
   }
 }

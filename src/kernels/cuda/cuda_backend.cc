@@ -196,6 +196,42 @@ void CudaBackend::kv_store(const Tensor& latent, const Tensor& slots, Tensor& ca
                   stream_);
 }
 
+void CudaBackend::mla_norm_rope_store(Tensor& latent, Tensor& q_pe, const Tensor& norm, float eps,
+                                      const Tensor& positions, const RopeTable& rope, const Tensor& slots,
+                                      Tensor& cache, float kv_scale) {
+  check_dev(latent, DType::BF16, 2, "mla_norm_rope_store latent");
+  check_dev(q_pe, DType::BF16, 3, "mla_norm_rope_store q_pe");
+  int64_t T = latent.size(0), R = q_pe.size(2), L = latent.size(1) - R;
+  MlaNormRopeStoreParams p{};
+  p.latent = latent.raw();
+  p.latent_ld = latent.stride(0);
+  p.q_pe = q_pe.raw();
+  p.q_st0 = q_pe.stride(0);
+  p.q_st1 = q_pe.stride(1);
+  p.positions = positions.defined() ? positions.data<int32_t>() : nullptr;
+  p.slots = slots.defined() ? slots.data<int32_t>() : nullptr;
+  p.inv_freq = rope.inv_freq.defined() ? rope.inv_freq.data<float>() : nullptr;
+  p.cache = cache.raw();
+  p.num_tokens = int(T), p.heads = int(q_pe.size(1)), p.kv_lora = int(L), p.rope = int(R);
+  p.eps = eps, p.mscale = rope.mscale;
+  // The fused kernel takes the usual case (BF16 cache, no scale, aligned rows, a BF16 or F32 norm
+  // weight); anything else runs the separate ops, which check and explain their inputs.
+  bool fused = kv_scale == 1.0f && L > 0 && q_pe.size(0) == T && q_pe.stride(2) == 1 && latent.stride(1) == 1 &&
+               cache.defined() && cache.device() == Device::CUDA && cache.dtype() == DType::BF16 &&
+               cache.is_contiguous() && cache.ndim() == 2 && cache.size(1) == L + R && norm.defined() &&
+               norm.device() == Device::CUDA && (norm.dtype() == DType::BF16 || norm.dtype() == DType::F32) &&
+               norm.numel() == L && norm.is_contiguous() && positions.defined() && positions.device() == Device::CUDA &&
+               positions.dtype() == DType::I32 && positions.numel() == T && positions.is_contiguous() &&
+               slots.defined() && slots.device() == Device::CUDA && slots.dtype() == DType::I32 && slots.numel() == T &&
+               slots.is_contiguous() && rope.inv_freq.defined() && rope.inv_freq.device() == Device::CUDA &&
+               rope.inv_freq.numel() * 2 == R && mla_norm_rope_store_fits(p);
+  if (!fused) {
+    Backend::mla_norm_rope_store(latent, q_pe, norm, eps, positions, rope, slots, cache, kv_scale);
+    return;
+  }
+  launch_mla_norm_rope_store(p, norm.raw(), norm.dtype() == DType::F32, stream_);
+}
+
 void CudaBackend::kv_gather(const Tensor& cache, float kv_scale, const Tensor& indices, Tensor& out) {
   MLA_CHECK(kv_scale == 1.0f, "kv_gather: KV cache scales (FP8 KV cache) are not yet on CUDA");
   check_dev(cache, DType::BF16, 2, "kv_gather cache");
@@ -206,7 +242,6 @@ void CudaBackend::kv_gather(const Tensor& cache, float kv_scale, const Tensor& i
   launch_kv_gather(cache.raw(), indices.data<int32_t>(), indices.size(0), cache.size(1), out.raw(), out.stride(0),
                    stream_);
 }
-
 
 }  // namespace cuda
 

@@ -40,6 +40,7 @@ class CudaBackend final : public Backend {
   void bind_thread() override { CUDA_CHECK(cudaSetDevice(device_)); }
 
   void copy_from_host(const Tensor& host, Tensor& dst) override;  // cuda_backend_graphs.cc
+  Tensor upload_buffer(DType dtype, Shape shape) override;         // cuda_backend_graphs.cc
   bool supports_graphs() const override { return true; }
   std::unique_ptr<BackendGraph> capture(const std::function<void()>& work) override;
   uint64_t graph_pool_bytes() const override;
@@ -63,6 +64,8 @@ class CudaBackend final : public Backend {
   // BF16 caches only so far: kv_scale must be 1 (the FP8 KV cache is on the CPU backend alone).
   void kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache, float kv_scale) override;
   void kv_gather(const Tensor& cache, float kv_scale, const Tensor& indices, Tensor& out) override;
+  void mla_norm_rope_store(Tensor& latent, Tensor& q_pe, const Tensor& norm, float eps, const Tensor& positions,
+                           const RopeTable& rope, const Tensor& slots, Tensor& cache, float kv_scale) override;
   void mla_prefill(const Tensor& q, const Tensor& kv, const Tensor& k_pe, const AttentionMetadata& md, float scale,
                    Tensor& out) override;
   void mla_decode(const Tensor& q, const Tensor& cache, float kv_scale, const AttentionMetadata& md, float scale,
@@ -75,6 +78,7 @@ class CudaBackend final : public Backend {
                  Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const std::vector<GatedMlpWeights>& experts, Tensor& out) override;
+  int64_t max_moe_experts() const override;
   // The routed experts' runner (tests and benchmarks choose its paths).
   MoeRunner& moe_runner();
   void sample(const Tensor& logits, const std::vector<SamplingParams>& params, Tensor& out) override;
@@ -95,6 +99,8 @@ class CudaBackend final : public Backend {
   void* staging_ = nullptr;
   size_t staging_bytes_ = 0;
   cudaEvent_t staging_free_ = nullptr;
+  // Waits until the staging buffer's last copy is done and makes it at least `bytes` long.
+  void reserve_staging(size_t bytes);
 };
 
 }  // namespace mlaserve::cuda

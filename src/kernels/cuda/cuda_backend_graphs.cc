@@ -28,21 +28,29 @@ void CudaBackend::copy_from_host(const Tensor& host, Tensor& dst) {
   Tensor src = host.contiguous();
   size_t n = src.nbytes();
   if (n == 0) return;
-  // Through a pinned buffer, so the copy is asynchronous: wait only until the last copy out of it
-  // has been done before overwriting it.
-  if (n > staging_bytes_) {
-    if (staging_) {
-      CUDA_CHECK(cudaEventSynchronize(staging_free_));
-      CUDA_CHECK(cudaFreeHost(staging_));
-    }
-    staging_bytes_ = std::max(n, staging_bytes_ * 2);
-    CUDA_CHECK(cudaMallocHost(&staging_, staging_bytes_));
-  } else {
-    CUDA_CHECK(cudaEventSynchronize(staging_free_));
+  // Through the pinned buffer, so the copy is asynchronous; a tensor from upload_buffer is in it.
+  if (src.raw() != staging_) {
+    reserve_staging(n);
+    std::memcpy(staging_, src.raw(), n);
   }
-  std::memcpy(staging_, src.raw(), n);
   CUDA_CHECK(cudaMemcpyAsync(dst.raw(), staging_, n, cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaEventRecord(staging_free_, stream_));
+}
+
+Tensor CudaBackend::upload_buffer(DType dtype, Shape shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  reserve_staging(std::max<size_t>(size_t(n) * dtype_size(dtype), 1));
+  return Tensor::wrap(staging_, dtype, std::move(shape), nullptr);
+}
+
+void CudaBackend::reserve_staging(size_t bytes) {
+  // Only once the last copy out of the buffer is done may it be overwritten (or freed).
+  if (staging_) CUDA_CHECK(cudaEventSynchronize(staging_free_));
+  if (bytes <= staging_bytes_) return;
+  if (staging_) CUDA_CHECK(cudaFreeHost(staging_));
+  staging_bytes_ = std::max(bytes, staging_bytes_ * 2);
+  CUDA_CHECK(cudaMallocHost(&staging_, staging_bytes_));
 }
 
 std::unique_ptr<BackendGraph> CudaBackend::capture(const std::function<void()>& work) {

@@ -22,11 +22,13 @@ void check_expert_weight(const LinearWeight& w, int64_t rows, int64_t cols, cons
 
 void CudaBackend::moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& r, Tensor& ids,
                             Tensor& weights) {
-  int64_t T = logits.defined() ? logits.size(0) : 0, E = r.num_experts, k = r.top_k;
+  int64_t T = logits.defined() ? logits.size(0) : 0, E = r.num_experts, k = r.top_k, S = r.slots();
+  MLA_CHECK(r.num_fused_shared >= 0, "moe_route: num_fused_shared {} is negative", r.num_fused_shared);
   check_matrix(logits, DType::F32, T, E, "moe_route logits");
-  check_matrix(ids, DType::I32, T, k, "moe_route ids");
+  // ids and weights hold the top-k slots, then the fused shared experts'.
+  check_matrix(ids, DType::I32, T, S, "moe_route ids");
   MLA_CHECK(ids.is_contiguous(), "moe_route: ids must be contiguous");
-  check_matrix(weights, DType::F32, T, k, "moe_route weights");
+  check_matrix(weights, DType::F32, T, S, "moe_route weights");
   MLA_CHECK(r.num_groups > 0 && E % r.num_groups == 0 && r.topk_groups <= r.num_groups && k <= E && k > 0,
             "moe_route: inconsistent routing");
   MLA_CHECK(r.method != TopkMethod::NoauxTc || E / r.num_groups >= 2,
@@ -36,8 +38,8 @@ void CudaBackend::moe_route(const Tensor& logits, const Tensor& bias, const MoeR
               "moe_route: the correction bias must be a contiguous device F32[{}], got {}", E, bias.describe());
   MoeRouteParams p{logits.data<float>(), logits.stride(0), bias.defined() ? bias.data<float>() : nullptr,
                    ids.data<int32_t>(), weights.data<float>(), weights.stride(0), int32_t(T), int32_t(E),
-                   int32_t(k), r.num_groups, r.topk_groups, int32_t(r.method), r.scoring == ScoringFunc::Softmax,
-                   r.renormalize, r.routed_scaling_factor};
+                   int32_t(k), r.num_fused_shared, r.num_groups, r.topk_groups, int32_t(r.method),
+                   r.scoring == ScoringFunc::Softmax, r.renormalize, r.routed_scaling_factor};
   launch_moe_route(p, stream_);
 }
 
@@ -72,6 +74,9 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
   moe.run(ex, x.raw(), x.stride(0), ids.data<int32_t>(), weights.data<float>(), weights.stride(0), int32_t(T),
             int32_t(k), int32_t(H), int32_t(I), out.raw(), out.stride(0), *gemm_, stream_);
 }
+
+// The decode kernels' touched-expert bitmasks and the sorted path's counts cover 256 experts.
+int64_t CudaBackend::max_moe_experts() const { return 256; }
 
 MoeRunner& CudaBackend::moe_runner() {
   if (!moe_) moe_ = std::make_shared<MoeRunner>();

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
 
@@ -18,6 +19,7 @@ __device__ __forceinline__ float load(const float* p, int64_t i) { return p[i]; 
 template <class T>
 __global__ void embedding_kernel(const int32_t* ids, const T* table, int64_t table_ld, int64_t H, bf16* out,
                                  int64_t out_ld) {
+  pdl_wait_and_trigger();
   const T* src = table + int64_t(ids[blockIdx.x]) * table_ld;
   bf16* dst = out + int64_t(blockIdx.x) * out_ld;
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x) dst[i] = __float2bfloat16(load(src, i));
@@ -41,6 +43,7 @@ constexpr int kThreads = 256, kMaxPerThread = 32;
 template <class W>
 __global__ void rmsnorm_kernel(const bf16* x, int64_t x_ld, bf16* residual, int64_t res_ld, const W* w, float eps,
                                int64_t D, bf16* out, int64_t out_ld) {
+  pdl_wait_and_trigger();
   int64_t row = blockIdx.x;
   const bf16* xr = x + row * x_ld;
   bf16* rr = residual ? residual + row * res_ld : nullptr;
@@ -73,6 +76,7 @@ __global__ void rmsnorm_kernel(const bf16* x, int64_t x_ld, bf16* residual, int6
 
 __global__ void silu_and_mul_kernel(const bf16* g, int64_t g_ld, const bf16* u, int64_t u_ld, bf16* o, int64_t o_ld,
                                     int64_t I) {
+  pdl_wait_and_trigger();
   int64_t row = blockIdx.x;
   for (int64_t i = threadIdx.x; i < I; i += blockDim.x) {
     float a = __bfloat162float(g[row * g_ld + i]), b = __bfloat162float(u[row * u_ld + i]);
@@ -81,6 +85,7 @@ __global__ void silu_and_mul_kernel(const bf16* g, int64_t g_ld, const bf16* u, 
 }
 
 __global__ void add_kernel(bf16* x, int64_t x_ld, const bf16* y, int64_t y_ld, int64_t D) {
+  pdl_wait_and_trigger();
   int64_t row = blockIdx.x;
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
     x[row * x_ld + i] = __float2bfloat16(__bfloat162float(x[row * x_ld + i]) + __bfloat162float(y[row * y_ld + i]));
@@ -88,6 +93,7 @@ __global__ void add_kernel(bf16* x, int64_t x_ld, const bf16* y, int64_t y_ld, i
 
 __global__ void rope_kernel(bf16* x, int64_t st, int64_t sh, int64_t heads, int64_t half, const int32_t* positions,
                             const float* inv_freq, float mscale) {
+  pdl_wait_and_trigger();
   int64_t t = blockIdx.x;
   float pos = float(positions[t]);
   for (int64_t k = threadIdx.x; k < heads * half; k += blockDim.x) {
@@ -105,6 +111,7 @@ __global__ void rope_kernel(bf16* x, int64_t st, int64_t sh, int64_t heads, int6
 
 __global__ void copy_rows_kernel(const bf16* src, int64_t src_ld, const int32_t* src_rows, bf16* dst, int64_t dst_ld,
                                  const int32_t* dst_rows, int64_t D) {
+  pdl_wait_and_trigger();
   int64_t r = blockIdx.x;
   int64_t s = src_rows ? src_rows[r] : r, d = dst_rows ? dst_rows[r] : r;
   const bf16* a = src + s * src_ld;
@@ -156,6 +163,7 @@ template <int VPT, class W>
 __global__ void __launch_bounds__(256) rmsnorm_vec_kernel(const bf16* x, int64_t x_ld, bf16* residual,
                                                           int64_t res_ld, const W* w, float eps, int64_t D,
                                                           bf16* out, int64_t out_ld) {
+  pdl_wait_and_trigger();
   const int64_t row = blockIdx.x;
   const int nv = int(D / kVec);
   const uint4* xr = reinterpret_cast<const uint4*>(x + row * x_ld);
@@ -227,6 +235,7 @@ dim3 ew_grid(int64_t T, int64_t nv) {
 __global__ void __launch_bounds__(kEwThreads) silu_and_mul_vec_kernel(const bf16* g, int64_t g_ld, const bf16* u,
                                                                       int64_t u_ld, bf16* o, int64_t o_ld, int64_t T,
                                                                       int nv) {
+  pdl_wait_and_trigger();
   const int base = blockIdx.x * kEwThreads * kEwUnroll + threadIdx.x;
   for (int64_t row = blockIdx.y; row < T; row += gridDim.y) {
     const uint4* gr = reinterpret_cast<const uint4*>(g + row * g_ld);
@@ -255,6 +264,7 @@ __global__ void __launch_bounds__(kEwThreads) silu_and_mul_vec_kernel(const bf16
 
 __global__ void __launch_bounds__(kEwThreads) add_vec_kernel(bf16* x, int64_t x_ld, const bf16* y, int64_t y_ld,
                                                              int64_t T, int nv) {
+  pdl_wait_and_trigger();
   const int base = blockIdx.x * kEwThreads * kEwUnroll + threadIdx.x;
   for (int64_t row = blockIdx.y; row < T; row += gridDim.y) {
     uint4* xr = reinterpret_cast<uint4*>(x + row * x_ld);
@@ -288,6 +298,7 @@ template <class T>
 __global__ void __launch_bounds__(32 * kRowsPerBlock) embedding_vec_kernel(const int32_t* ids, int64_t n_ids,
                                                                            const T* table, int64_t table_ld, int nv,
                                                                            bf16* out, int64_t out_ld) {
+  pdl_wait_and_trigger();
   int64_t t = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (t >= n_ids) return;
   const T* src = table + int64_t(ids[t]) * table_ld;
@@ -303,6 +314,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock) copy_rows_vec_kernel(const
                                                                            const int32_t* src_rows, bf16* dst,
                                                                            int64_t dst_ld, const int32_t* dst_rows,
                                                                            int64_t R, int nv) {
+  pdl_wait_and_trigger();
   int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (r >= R) return;
   int64_t s = src_rows ? src_rows[r] : r, d = dst_rows ? dst_rows[r] : r;
@@ -320,11 +332,11 @@ void rmsnorm_vec(const bf16* x, int64_t x_ld, bf16* res, int64_t res_ld, const W
   int vpt = nv >= 256 ? 4 : nv >= 64 ? 2 : 1;
   int threads = int((nv + vpt - 1) / vpt + 31) / 32 * 32;
   if (vpt == 4)
-    rmsnorm_vec_kernel<4><<<T, threads, 0, s>>>(x, x_ld, res, res_ld, w, eps, D, out, out_ld);
+    launch_pdl(rmsnorm_vec_kernel<4, W>, T, threads, 0, s, x, x_ld, res, res_ld, w, eps, D, out, out_ld);
   else if (vpt == 2)
-    rmsnorm_vec_kernel<2><<<T, threads, 0, s>>>(x, x_ld, res, res_ld, w, eps, D, out, out_ld);
+    launch_pdl(rmsnorm_vec_kernel<2, W>, T, threads, 0, s, x, x_ld, res, res_ld, w, eps, D, out, out_ld);
   else
-    rmsnorm_vec_kernel<1><<<T, threads, 0, s>>>(x, x_ld, res, res_ld, w, eps, D, out, out_ld);
+    launch_pdl(rmsnorm_vec_kernel<1, W>, T, threads, 0, s, x, x_ld, res, res_ld, w, eps, D, out, out_ld);
 }
 
 }  // namespace
@@ -336,15 +348,15 @@ void launch_embedding(const int32_t* ids, int64_t T, const void* table, bool tab
   // F32 rows are 16-byte aligned when the leading dimension is a multiple of 4 floats.
   bool vec = vec_ok(out, out_ld, H) && aligned16(table) && table_ld % (table_f32 ? 4 : kVec) == 0;
   if (vec && table_f32)
-    embedding_vec_kernel<<<row_blocks(T), 32 * kRowsPerBlock, 0, s>>>(ids, T, static_cast<const float*>(table),
+    launch_pdl(embedding_vec_kernel<float>, row_blocks(T), 32 * kRowsPerBlock, 0, s, ids, T, static_cast<const float*>(table),
                                                                       table_ld, int(H / kVec), ob, out_ld);
   else if (vec)
-    embedding_vec_kernel<<<row_blocks(T), 32 * kRowsPerBlock, 0, s>>>(ids, T, static_cast<const bf16*>(table),
+    launch_pdl(embedding_vec_kernel<bf16>, row_blocks(T), 32 * kRowsPerBlock, 0, s, ids, T, static_cast<const bf16*>(table),
                                                                       table_ld, int(H / kVec), ob, out_ld);
   else if (table_f32)
-    embedding_kernel<<<T, threads_for(H), 0, s>>>(ids, static_cast<const float*>(table), table_ld, H, ob, out_ld);
+    launch_pdl(embedding_kernel<float>, T, threads_for(H), 0, s, ids, static_cast<const float*>(table), table_ld, H, ob, out_ld);
   else
-    embedding_kernel<<<T, threads_for(H), 0, s>>>(ids, static_cast<const bf16*>(table), table_ld, H, ob, out_ld);
+    launch_pdl(embedding_kernel<bf16>, T, threads_for(H), 0, s, ids, static_cast<const bf16*>(table), table_ld, H, ob, out_ld);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -362,9 +374,9 @@ void launch_rmsnorm(const void* x, int64_t x_ld, void* residual, int64_t res_ld,
   else if (vec)
     rmsnorm_vec(xb, x_ld, rb, res_ld, static_cast<const bf16*>(w), eps, T, D, ob, out_ld, s);
   else if (w_f32)
-    rmsnorm_kernel<<<T, kThreads, 0, s>>>(xb, x_ld, rb, res_ld, static_cast<const float*>(w), eps, D, ob, out_ld);
+    launch_pdl(rmsnorm_kernel<float>, T, kThreads, 0, s, xb, x_ld, rb, res_ld, static_cast<const float*>(w), eps, D, ob, out_ld);
   else
-    rmsnorm_kernel<<<T, kThreads, 0, s>>>(xb, x_ld, rb, res_ld, static_cast<const bf16*>(w), eps, D, ob, out_ld);
+    launch_pdl(rmsnorm_kernel<bf16>, T, kThreads, 0, s, xb, x_ld, rb, res_ld, static_cast<const bf16*>(w), eps, D, ob, out_ld);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -372,13 +384,13 @@ void launch_silu_and_mul(const void* gate, int64_t g_ld, const void* up, int64_t
                          int64_t T, int64_t I, cudaStream_t s) {
   if (T == 0) return;
   if (vec_ok(gate, g_ld, I) && vec_ok(up, u_ld, I) && vec_ok(out, o_ld, I)) {
-    silu_and_mul_vec_kernel<<<ew_grid(T, I / kVec), kEwThreads, 0, s>>>(
+    launch_pdl(silu_and_mul_vec_kernel, ew_grid(T, I / kVec), kEwThreads, 0, s, 
         static_cast<const bf16*>(gate), g_ld, static_cast<const bf16*>(up), u_ld, static_cast<bf16*>(out), o_ld, T,
         int(I / kVec));
     CUDA_CHECK_LAUNCH();
     return;
   }
-  silu_and_mul_kernel<<<T, threads_for(I), 0, s>>>(static_cast<const bf16*>(gate), g_ld, static_cast<const bf16*>(up),
+  launch_pdl(silu_and_mul_kernel, T, threads_for(I), 0, s, static_cast<const bf16*>(gate), g_ld, static_cast<const bf16*>(up),
                                                     u_ld, static_cast<bf16*>(out), o_ld, I);
   CUDA_CHECK_LAUNCH();
 }
@@ -386,19 +398,19 @@ void launch_silu_and_mul(const void* gate, int64_t g_ld, const void* up, int64_t
 void launch_add(void* x, int64_t x_ld, const void* y, int64_t y_ld, int64_t T, int64_t D, cudaStream_t s) {
   if (T == 0) return;
   if (vec_ok(x, x_ld, D) && vec_ok(y, y_ld, D)) {
-    add_vec_kernel<<<ew_grid(T, D / kVec), kEwThreads, 0, s>>>(static_cast<bf16*>(x), x_ld,
+    launch_pdl(add_vec_kernel, ew_grid(T, D / kVec), kEwThreads, 0, s, static_cast<bf16*>(x), x_ld,
                                                                 static_cast<const bf16*>(y), y_ld, T, int(D / kVec));
     CUDA_CHECK_LAUNCH();
     return;
   }
-  add_kernel<<<T, threads_for(D), 0, s>>>(static_cast<bf16*>(x), x_ld, static_cast<const bf16*>(y), y_ld, D);
+  launch_pdl(add_kernel, T, threads_for(D), 0, s, static_cast<bf16*>(x), x_ld, static_cast<const bf16*>(y), y_ld, D);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_rope(void* x, int64_t st, int64_t sh, int64_t T, int64_t heads, int64_t half, const int32_t* positions,
                  const float* inv_freq, float mscale, cudaStream_t s) {
   if (T == 0) return;
-  rope_kernel<<<T, threads_for(heads * half), 0, s>>>(static_cast<bf16*>(x), st, sh, heads, half, positions, inv_freq,
+  launch_pdl(rope_kernel, T, threads_for(heads * half), 0, s, static_cast<bf16*>(x), st, sh, heads, half, positions, inv_freq,
                                                        mscale);
   CUDA_CHECK_LAUNCH();
 }
@@ -407,12 +419,12 @@ void launch_kv_store(const void* latent, int64_t ld, const int32_t* slots, int64
                      cudaStream_t s) {
   if (T == 0) return;
   if (vec_ok(latent, ld, D) && vec_ok(cache, D, D)) {
-    copy_rows_vec_kernel<<<row_blocks(T), 32 * kRowsPerBlock, 0, s>>>(
+    launch_pdl(copy_rows_vec_kernel, row_blocks(T), 32 * kRowsPerBlock, 0, s, 
         static_cast<const bf16*>(latent), ld, nullptr, static_cast<bf16*>(cache), D, slots, T, int(D / kVec));
     CUDA_CHECK_LAUNCH();
     return;
   }
-  copy_rows_kernel<<<T, threads_for(D), 0, s>>>(static_cast<const bf16*>(latent), ld, nullptr,
+  launch_pdl(copy_rows_kernel, T, threads_for(D), 0, s, static_cast<const bf16*>(latent), ld, nullptr,
                                                  static_cast<bf16*>(cache), D, slots, D);
   CUDA_CHECK_LAUNCH();
 }
@@ -421,12 +433,12 @@ void launch_kv_gather(const void* cache, const int32_t* indices, int64_t S, int6
                       cudaStream_t s) {
   if (S == 0) return;
   if (vec_ok(cache, D, D) && vec_ok(out, ld, D)) {
-    copy_rows_vec_kernel<<<row_blocks(S), 32 * kRowsPerBlock, 0, s>>>(
+    launch_pdl(copy_rows_vec_kernel, row_blocks(S), 32 * kRowsPerBlock, 0, s, 
         static_cast<const bf16*>(cache), D, indices, static_cast<bf16*>(out), ld, nullptr, S, int(D / kVec));
     CUDA_CHECK_LAUNCH();
     return;
   }
-  copy_rows_kernel<<<S, threads_for(D), 0, s>>>(static_cast<const bf16*>(cache), D, indices, static_cast<bf16*>(out),
+  launch_pdl(copy_rows_kernel, S, threads_for(D), 0, s, static_cast<const bf16*>(cache), D, indices, static_cast<bf16*>(out),
                                                  ld, nullptr, D);
   CUDA_CHECK_LAUNCH();
 }

@@ -26,4 +26,25 @@ void launch_kv_store(const void* latent, int64_t ld, const int32_t* slots, int64
 void launch_kv_gather(const void* cache, const int32_t* indices, int64_t S, int64_t D, void* out, int64_t ld,
                       cudaStream_t s);
 
+// Backend::mla_norm_rope_store (mla_norm_rope_store.cu): latent [T, kv_lora + rope] (row stride
+// latent_ld) normalized and rotated in place, q_pe [T, heads, rope] (strides q_st0, q_st1) rotated in
+// place, and the latent rows stored to cache[slots[t]] (BF16 rows of kv_lora + rope).
+constexpr int kMlaNormMaxWidth = 1024;  // kv_lora at most
+struct MlaNormRopeStoreParams {
+  void* latent;
+  int64_t latent_ld;
+  void* q_pe;
+  int64_t q_st0, q_st1;
+  const int32_t* positions;
+  const int32_t* slots;
+  const float* inv_freq;
+  void* cache;
+  int num_tokens, heads, kv_lora, rope;
+  float eps, mscale;
+};
+// Whether the kernel takes these shapes and alignments (16-byte rows, kv_lora <= kMlaNormMaxWidth).
+bool mla_norm_rope_store_fits(const MlaNormRopeStoreParams& p);
+// norm [kv_lora] BF16 or F32 (norm_f32).
+void launch_mla_norm_rope_store(const MlaNormRopeStoreParams& p, const void* norm, bool norm_f32, cudaStream_t s);
+
 }  // namespace mlaserve::cuda

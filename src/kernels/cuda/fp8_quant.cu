@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_quant.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
 
@@ -15,6 +16,7 @@ constexpr float kE4m3Max = 448.0f, kMinAmax = 1e-10f;
 __global__ void __launch_bounds__(kWarps * 32)
     quantize_kernel(const __nv_bfloat16* x, int64_t ldx, int64_t T, int64_t K, int64_t group, uint8_t* q, int64_t ldq,
                     float* scales, int64_t scale_t, int64_t scale_g) {
+  pdl_wait_and_trigger();
   const int64_t G = (K + group - 1) / group;
   const int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (item >= T * G) return;
@@ -35,6 +37,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 __global__ void transpose_scales_kernel(const float* scales, int64_t lds, int64_t T, int64_t G, float* out,
                                         int64_t ld_out) {
+  pdl_wait_and_trigger();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= G * ld_out) return;
   const int64_t g = i / ld_out, t = i - g * ld_out;
@@ -47,7 +50,7 @@ void launch_transpose_scales(const float* scales, int64_t lds, int64_t T, int64_
                              cudaStream_t stream) {
   const int64_t n = G * ld_out;
   if (n == 0) return;
-  transpose_scales_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(scales, lds, T, G, out, ld_out);
+  launch_pdl(transpose_scales_kernel, unsigned((n + 255) / 256), 256, 0, stream, scales, lds, T, G, out, ld_out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -56,7 +59,7 @@ void launch_quantize_fp8_per_token_group(const void* x, int64_t ldx, int64_t T, 
                                          cudaStream_t stream) {
   const int64_t items = T * ((K + group - 1) / group);
   if (items == 0) return;
-  quantize_kernel<<<unsigned((items + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(
+  launch_pdl(quantize_kernel, unsigned((items + kWarps - 1) / kWarps), kWarps * 32, 0, stream, 
       static_cast<const __nv_bfloat16*>(x), ldx, T, K, group, static_cast<uint8_t*>(q), ldq, scales, scale_t,
       scale_g);
   CUDA_CHECK_LAUNCH();

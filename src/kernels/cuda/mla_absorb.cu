@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/mla_absorb.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
 
@@ -12,6 +13,7 @@ namespace {
 
 __global__ void copy_q_pe_kernel(const uint4* q_pe, int64_t pe_st0, int64_t pe_st1, uint4* dst, int64_t ql_st0,
                                  int64_t ql_st1, int64_t H, int chunks, int64_t total) {
+  pdl_wait_and_trigger();
   // Strides here are in 16-byte chunks; dst already points at q_latent[0, 0, L].
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
@@ -23,6 +25,7 @@ __global__ void copy_q_pe_kernel(const uint4* q_pe, int64_t pe_st0, int64_t pe_s
 __global__ void copy_q_pe_scalar_kernel(const __nv_bfloat16* q_pe, int64_t pe_st0, int64_t pe_st1,
                                         __nv_bfloat16* dst, int64_t ql_st0, int64_t ql_st1, int64_t H, int rope,
                                         int64_t total) {
+  pdl_wait_and_trigger();
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   int r = int(i % rope);
@@ -50,12 +53,12 @@ void launch_copy_q_pe(const MlaAbsorbQParams& p, cudaStream_t stream) {
   if (vec) {
     int chunks = int(p.rope / 8);
     int64_t total = rows * chunks;
-    copy_q_pe_kernel<<<unsigned((total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+    launch_pdl(copy_q_pe_kernel, unsigned((total + kThreads - 1) / kThreads), kThreads, 0, stream, 
         static_cast<const uint4*>(p.q_pe), p.pe_st0 / 8, p.pe_st1 / 8, reinterpret_cast<uint4*>(dst), p.ql_st0 / 8,
         p.ql_st1 / 8, p.H, chunks, total);
   } else {
     int64_t total = rows * p.rope;
-    copy_q_pe_scalar_kernel<<<unsigned((total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+    launch_pdl(copy_q_pe_scalar_kernel, unsigned((total + kThreads - 1) / kThreads), kThreads, 0, stream, 
         static_cast<const __nv_bfloat16*>(p.q_pe), p.pe_st0, p.pe_st1, dst, p.ql_st0, p.ql_st1, p.H, int(p.rope),
         total);
   }

@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mla_decode_device.cuh"
 #include "kernels/cuda/mma_primitives.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
 
@@ -52,6 +53,7 @@ struct Smem {
 
 template <int MT>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaDecodeParams p, MlaDecodeSchedule s) {
+  pdl_wait_and_trigger();
   using SM = Smem<MT>;
   constexpr int M = SM::M, WN = SM::WN, KW = kBN / WN, NTS = KW / 8;  // S: warp = 16 rows x KW keys
   constexpr int NTO = kL / kWarps / 8;                                // O: warp = M rows x 8 n-tiles
@@ -333,6 +335,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaDecodeParams
 // One block per (job, row): out = sum_k w_k o_k / sum_k w_k with w_k = 2^(lse_k - max).
 template <int MT>
 __global__ void __launch_bounds__(kCombineThreads) mla_decode_combine_kernel(MlaDecodeParams p, MlaDecodeSchedule s) {
+  pdl_wait_and_trigger();
   constexpr int M = 16 * MT;
   const int j = blockIdx.x, r = blockIdx.y;
   if (j >= *s.num_jobs) return;
@@ -369,7 +372,7 @@ void run_mma_sync(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStre
     CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
-  mla_decode_kernel<MT><<<s.num_ctas, kThreads, smem, stream>>>(p, s);
+  launch_pdl(mla_decode_kernel<MT>, s.num_ctas, kThreads, smem, stream, p, s);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -377,9 +380,9 @@ void run_mma_sync(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStre
 
 void mla::launch_mla_decode_combine(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
   if (s.m_tiles == 4)
-    mla_decode_combine_kernel<4><<<dim3(s.max_jobs, 64), kCombineThreads, 0, stream>>>(p, s);
+    launch_pdl(mla_decode_combine_kernel<4>, dim3(s.max_jobs, 64), kCombineThreads, 0, stream, p, s);
   else
-    mla_decode_combine_kernel<1><<<dim3(s.max_jobs, 16), kCombineThreads, 0, stream>>>(p, s);
+    launch_pdl(mla_decode_combine_kernel<1>, dim3(s.max_jobs, 16), kCombineThreads, 0, stream, p, s);
   CUDA_CHECK_LAUNCH();
 }
 

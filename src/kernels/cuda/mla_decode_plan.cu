@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mla_decode_device.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
 
@@ -355,6 +356,7 @@ __device__ void plan_any_batch(const MlaDecodeParams& p, const MlaDecodeSchedule
 }
 
 __global__ void __launch_bounds__(kPlanThreads) mla_decode_plan_kernel(MlaDecodeParams p, MlaDecodeSchedule s) {
+  pdl_wait_and_trigger();
   __shared__ PlanSmem sm;
   if (!plan_small_batch(p, s, sm)) plan_any_batch(p, s, sm);
 }
@@ -365,7 +367,7 @@ __global__ void __launch_bounds__(kPlanThreads) mla_decode_plan_kernel(MlaDecode
 void launch_mla_decode_plan(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
   // Blocks to share the stores of a small batch's jobs: one for every few hundred jobs.
   const int blocks = std::clamp(s.max_jobs / 256 + 1, 1, 8);
-  mla_decode_plan_kernel<<<blocks, kPlanThreads, 0, stream>>>(p, s);
+  launch_pdl(mla_decode_plan_kernel, blocks, kPlanThreads, 0, stream, p, s);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -18,6 +18,7 @@
 #include "kernels/cuda/mla_decode_device.cuh"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
 
@@ -56,6 +57,7 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
 constexpr int kBarP = 1;  // warpgroup 0 -> 1: P and alpha of this tile are in shared memory
 
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecodeParams p, MlaDecodeSchedule s) {
+  pdl_wait_and_trigger();
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t sQ = mma::smem_u32(smem + Smem::q), sKV = mma::smem_u32(smem + Smem::kv);
@@ -285,7 +287,7 @@ void mla::launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaDecodeSched
                                     int(Smem::bytes)));
     configured = true;
   }
-  mla_decode_wgmma_kernel<<<s.num_ctas, kThreads, Smem::bytes, stream>>>(p, s);
+  launch_pdl(mla_decode_wgmma_kernel, s.num_ctas, kThreads, Smem::bytes, stream, p, s);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mla_prefill.h"
 #include "kernels/cuda/mma_primitives.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
 
@@ -48,6 +49,7 @@ struct Tile {
 // cuts the shared-memory reads of each tile by the Q tile.
 template <int kWarps, int kMRep, int kBN, bool kQRegs>
 __global__ void __launch_bounds__(32 * kWarps, 1) mla_prefill_kernel(const MlaPrefillParams p) {
+  pdl_wait_and_trigger();
   using Cfg = Tile<kWarps, kMRep, kBN>;
   constexpr int kBM = Cfg::kBM, kThreads = Cfg::kThreads;
   const int seq = blockIdx.z, head = blockIdx.y;
@@ -282,7 +284,7 @@ void launch_config(const MlaPrefillParams& p, cudaStream_t stream) {
   auto kernel = mla_prefill_kernel<kWarps, kMRep, kBN, kQRegs>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::kSmem)));
   dim3 grid((p.max_queries + Cfg::kBM - 1) / Cfg::kBM, p.num_heads, p.num_seqs);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p);
+  launch_pdl(kernel, grid, Cfg::kThreads, Cfg::kSmem, stream, p);
   CUDA_CHECK_LAUNCH();
 }
 

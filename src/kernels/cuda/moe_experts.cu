@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe_experts.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
 
@@ -91,6 +92,7 @@ __device__ PairList expert_pairs(const int32_t* ids, int P, int E, int slot, uns
 // act[p, i] = silu(gate[e][i] . x[p / k]) * (up[e][i] . x[p / k]) for the pairs p of one expert.
 template <int kTok>
 __global__ void __launch_bounds__(kThreads, kTok > 2 ? 2 : 4) gate_up_kernel(MoeDecodeParams p) {
+  pdl_wait_and_trigger();
   __shared__ unsigned s_mask[kMaxExperts / 32];
   __shared__ int s_info[2];
   __shared__ int32_t s_list[kMoeDecodeMaxPairs];
@@ -155,6 +157,7 @@ __global__ void __launch_bounds__(kThreads, kTok > 2 ? 2 : 4) gate_up_kernel(Moe
 // y[p, r] = down[e][r] . act[p] (fp32) for the pairs p of one expert.
 template <int kTok>
 __global__ void __launch_bounds__(kThreads) down_kernel(MoeDecodeParams p) {
+  pdl_wait_and_trigger();
   __shared__ unsigned s_mask[kMaxExperts / 32];
   __shared__ int s_info[2];
   __shared__ int32_t s_list[kMoeDecodeMaxPairs];
@@ -211,6 +214,7 @@ __global__ void __launch_bounds__(kThreads) down_kernel(MoeDecodeParams p) {
 constexpr int kAlignThreads = 1024;
 __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids, int P, int E, int32_t* offsets,
                                                               int32_t* sorted, int32_t* pos) {
+  pdl_wait_and_trigger();
   __shared__ int32_t s_base[kMaxExperts];
   __shared__ int32_t s_wc[kAlignThreads / 32][kMaxExperts];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -264,6 +268,7 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids
 template <bool kVec>
 __global__ void gather_kernel(const bf16* x, int64_t x_ld, const int32_t* sorted, const int32_t* count, int k, int H,
                               bf16* xs) {
+  pdl_wait_and_trigger();
   if (count && int(blockIdx.x) >= *count) return;  // positions past the routed pairs hold nothing
   const bf16* src = x + int64_t(sorted[blockIdx.x] / k) * x_ld;
   bf16* dst = xs + int64_t(blockIdx.x) * H;
@@ -281,6 +286,7 @@ __device__ __forceinline__ float load_y(const bf16* y, int64_t i) { return __bfl
 template <class Y>
 __global__ void combine_kernel(const Y* y, const int32_t* pair_pos, const float* weights, int64_t w_ld, int k, int H,
                                bf16* out, int64_t out_ld) {
+  pdl_wait_and_trigger();
   // One column a thread, blocks across H too: a decode step's few tokens still fill the GPU.
   const int t = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= H) return;
@@ -311,10 +317,10 @@ void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s) {
   check_decode(p);
   if (p.num_tokens == 0) return;
   dim3 grid = decode_grid(p, p.inter);
-  if (p.num_tokens == 1) gate_up_kernel<1><<<grid, kThreads, 0, s>>>(p);
-  else if (p.num_tokens == 2) gate_up_kernel<2><<<grid, kThreads, 0, s>>>(p);
-  else if (p.num_tokens <= 4) gate_up_kernel<4><<<grid, kThreads, 0, s>>>(p);
-  else gate_up_kernel<kMaxTok><<<grid, kThreads, 0, s>>>(p);
+  if (p.num_tokens == 1) launch_pdl(gate_up_kernel<1>, grid, kThreads, 0, s, p);
+  else if (p.num_tokens == 2) launch_pdl(gate_up_kernel<2>, grid, kThreads, 0, s, p);
+  else if (p.num_tokens <= 4) launch_pdl(gate_up_kernel<4>, grid, kThreads, 0, s, p);
+  else launch_pdl(gate_up_kernel<kMaxTok>, grid, kThreads, 0, s, p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -322,17 +328,17 @@ void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s) {
   check_decode(p);
   if (p.num_tokens == 0) return;
   dim3 grid = decode_grid(p, p.hidden);
-  if (p.num_tokens == 1) down_kernel<1><<<grid, kThreads, 0, s>>>(p);
-  else if (p.num_tokens == 2) down_kernel<2><<<grid, kThreads, 0, s>>>(p);
-  else if (p.num_tokens <= 4) down_kernel<4><<<grid, kThreads, 0, s>>>(p);
-  else down_kernel<kMaxTok><<<grid, kThreads, 0, s>>>(p);
+  if (p.num_tokens == 1) launch_pdl(down_kernel<1>, grid, kThreads, 0, s, p);
+  else if (p.num_tokens == 2) launch_pdl(down_kernel<2>, grid, kThreads, 0, s, p);
+  else if (p.num_tokens <= 4) launch_pdl(down_kernel<4>, grid, kThreads, 0, s, p);
+  else launch_pdl(down_kernel<kMaxTok>, grid, kThreads, 0, s, p);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_align(const int32_t* ids, int32_t num_pairs, int32_t num_experts, int32_t* offsets,
                       int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s) {
   MLA_CHECK(num_experts <= kMaxExperts, "moe align: {} experts, at most {}", num_experts, kMaxExperts);
-  align_kernel<<<1, kAlignThreads, 0, s>>>(ids, num_pairs, num_experts, offsets, sorted_pairs, pair_pos);
+  launch_pdl(align_kernel, 1, kAlignThreads, 0, s, ids, num_pairs, num_experts, offsets, sorted_pairs, pair_pos);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -344,9 +350,9 @@ void launch_moe_gather(const void* x, int64_t x_ld, const int32_t* sorted_pairs,
   auto xb = static_cast<const bf16*>(x);
   auto ob = static_cast<bf16*>(xs);
   if (vec)
-    gather_kernel<true><<<num_pairs, 256, 0, s>>>(xb, x_ld, sorted_pairs, routed, top_k, hidden, ob);
+    launch_pdl(gather_kernel<true>, num_pairs, 256, 0, s, xb, x_ld, sorted_pairs, routed, top_k, hidden, ob);
   else
-    gather_kernel<false><<<num_pairs, 256, 0, s>>>(xb, x_ld, sorted_pairs, routed, top_k, hidden, ob);
+    launch_pdl(gather_kernel<false>, num_pairs, 256, 0, s, xb, x_ld, sorted_pairs, routed, top_k, hidden, ob);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -356,10 +362,10 @@ void launch_moe_combine(const void* y, bool y_f32, const int32_t* pair_pos, cons
   int threads = hidden >= 256 ? 256 : 32 * ((hidden + 31) / 32);
   dim3 grid(unsigned(num_tokens), unsigned((hidden + threads - 1) / threads));
   if (y_f32)
-    combine_kernel<<<grid, threads, 0, s>>>(static_cast<const float*>(y), pair_pos, weights, w_ld, top_k,
+    launch_pdl(combine_kernel<float>, grid, threads, 0, s, static_cast<const float*>(y), pair_pos, weights, w_ld, top_k,
                                                   hidden, static_cast<bf16*>(out), out_ld);
   else
-    combine_kernel<<<grid, threads, 0, s>>>(static_cast<const bf16*>(y), pair_pos, weights, w_ld, top_k,
+    launch_pdl(combine_kernel<bf16>, grid, threads, 0, s, static_cast<const bf16*>(y), pair_pos, weights, w_ld, top_k,
                                                   hidden, static_cast<bf16*>(out), out_ld);
   CUDA_CHECK_LAUNCH();
 }

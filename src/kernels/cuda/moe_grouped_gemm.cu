@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/moe_grouped_gemm.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
 
@@ -83,6 +84,7 @@ __device__ bool find_tile(const int32_t* offsets, int E, int tile, int& expert, 
 // without spills; 32 rows: three (the shared memory of three rings).
 template <int kBM>
 __global__ void __launch_bounds__(kThreads, kBM == 128 ? 2 : 3) moe_grouped_gemm_kernel(MoeGroupedGemmParams p) {
+  pdl_wait_and_trigger();
   using T = Tile<kBM>;
   extern __shared__ __align__(128) uint8_t smem[];
   int expert, row0, row_end;
@@ -189,7 +191,7 @@ void launch_tiles(const MoeGroupedGemmParams& p, cudaStream_t stream) {
   // Row tiles: at most max_rows / kBM full ones plus one partial per expert.
   int64_t row_tiles = (int64_t(p.max_rows) + kBM - 1) / kBM + std::min<int64_t>(p.num_experts, p.max_rows);
   dim3 grid(unsigned((p.N + kBN - 1) / kBN), unsigned(row_tiles));
-  moe_grouped_gemm_kernel<kBM><<<grid, kThreads, Tile<kBM>::smem_bytes, stream>>>(p);
+  launch_pdl(moe_grouped_gemm_kernel<kBM>, grid, kThreads, Tile<kBM>::smem_bytes, stream, p);
   CUDA_CHECK_LAUNCH();
 }
 

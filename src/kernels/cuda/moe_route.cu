@@ -148,18 +148,25 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) moe_route_kernel(MoeRoute
   float sum = 0.0f;  // in slot order, as the reference
   for (int j = 0; j < p.top_k; ++j) sum += __shfl_sync(kFull, my_score, j);
   float norm = (p.renormalize && p.top_k > 1) ? 1.0f / (sum + 1e-20f) : 1.0f;
+  const int slots = p.top_k + p.num_fused_shared;
   if (lane < p.top_k) {
-    p.ids[int64_t(t) * p.top_k + lane] = my_id;
+    p.ids[int64_t(t) * slots + lane] = my_id;
     p.weights[int64_t(t) * p.weights_ld + lane] = my_score * norm * p.routed_scaling_factor;
+  } else if (lane < slots) {  // a fused shared expert: every token, weight 1
+    p.ids[int64_t(t) * slots + lane] = E + lane - p.top_k;
+    p.weights[int64_t(t) * p.weights_ld + lane] = 1.0f;
   }
 }
 
 }  // namespace
 
 void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream) {
-  MLA_CHECK(p.num_experts <= kRouteMaxExperts && p.top_k <= kRouteMaxTopk && p.num_groups <= kRouteMaxGroups,
-            "moe_route on CUDA supports up to {} experts, top-{} and {} groups; got {}, {}, {}", kRouteMaxExperts,
-            kRouteMaxTopk, kRouteMaxGroups, p.num_experts, p.top_k, p.num_groups);
+  MLA_CHECK(p.num_experts <= kRouteMaxExperts && p.num_fused_shared >= 0 &&
+                p.top_k + p.num_fused_shared <= kRouteMaxTopk && p.num_groups <= kRouteMaxGroups,
+            "moe_route on CUDA supports up to {} experts, {} slots (top-k + fused shared) and {} groups; got {}, "
+            "{} + {}, {}",
+            kRouteMaxExperts, kRouteMaxTopk, kRouteMaxGroups, p.num_experts, p.top_k, p.num_fused_shared,
+            p.num_groups);
   if (p.num_tokens == 0) return;
   int blocks = (p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
   moe_route_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);

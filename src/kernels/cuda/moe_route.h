@@ -11,17 +11,19 @@ namespace mlaserve::cuda {
 
 // The kernel keeps a token's scores in registers: 8 per lane.
 constexpr int kRouteMaxExperts = 256;
-constexpr int kRouteMaxTopk = 32;
+constexpr int kRouteMaxTopk = 32;  // top_k + num_fused_shared: one lane writes each slot
 constexpr int kRouteMaxGroups = 32;
 
 struct MoeRouteParams {
   const float* logits;  // [T, E], row stride logits_ld
   int64_t logits_ld;
   const float* bias;  // [E] correction bias (noaux_tc) or nullptr
-  int32_t* ids;       // [T, k] contiguous
-  float* weights;     // [T, k], row stride weights_ld
+  int32_t* ids;       // [T, k + num_fused_shared] contiguous
+  float* weights;     // [T, k + num_fused_shared], row stride weights_ld
   int64_t weights_ld;
   int32_t num_tokens, num_experts, top_k;
+  // Slots after the top-k: expert num_experts + j with weight 1 (shared experts fused in).
+  int32_t num_fused_shared;
   int32_t num_groups, topk_groups;
   int32_t method;   // TopkMethod as an int: 0 greedy, 1 group-limited greedy, 2 noaux_tc
   bool softmax;     // else sigmoid

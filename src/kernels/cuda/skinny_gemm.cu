@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_gemm.h"
 
 namespace mlaserve::cuda {
@@ -71,6 +72,14 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_gemm_kernel(const bf16* __
   // This CTA's share of the chunks: [c_begin, c_end).
   const int chunks = (K + kChunk - 1) / kChunk, z = blockIdx.y;
   const int c_begin = int(int64_t(chunks) * z / gridDim.y), c_end = int(int64_t(chunks) * (z + 1) / gridDim.y);
+  // Weights do not depend on the previous kernel: the fetch of the first pass's starts into L2
+  // before the wait (all of a big weight would evict what the kernel before is reading).
+  for (int ch = c_begin + warp; ch < min(c_end, c_begin + kWarps * kUnroll); ch += kWarps) {
+    int k = ch * kChunk + t4 * 8;
+    if (k < K && row_a) prefetch_l2(wa + ch * kChunk);
+    if (k < K && row_b) prefetch_l2(wb + ch * kChunk);
+  }
+  pdl_wait_and_trigger();
   for (int ch0 = c_begin + warp; ch0 < c_end; ch0 += kWarps * kUnroll) {
     // All loads of kUnroll chunks first, so that many are in flight at once.
     uint4 va[kUnroll], vb[kUnroll], vx[kUnroll][NT];
@@ -142,11 +151,8 @@ template <int NT>
 void launch_nt(const bf16* x, int64_t ldx, const bf16* w, int64_t ldw, void* out, int64_t ldo, bool out_f32, int T,
                int N, int K, SkinnySplit split, cudaStream_t stream) {
   dim3 grid((N + kRows - 1) / kRows, split.splits);
-  if (out_f32)
-    skinny_gemm_kernel<NT, true><<<grid, kWarps * 32, 0, stream>>>(x, ldx, w, ldw, out, ldo, T, N, K, split);
-  else
-    skinny_gemm_kernel<NT, false><<<grid, kWarps * 32, 0, stream>>>(x, ldx, w, ldw, out, ldo, T, N, K, split);
-  CUDA_CHECK_LAUNCH();
+  launch_pdl(out_f32 ? skinny_gemm_kernel<NT, true> : skinny_gemm_kernel<NT, false>, grid, kWarps * 32, 0, stream, x,
+             ldx, w, ldw, out, ldo, T, N, K, split);
 }
 
 }  // namespace
@@ -159,8 +165,11 @@ bool skinny_gemm_fits(const void* x, int64_t ldx, const void* w, int64_t ldw, in
 
 int skinny_gemm_splits(int64_t N, int64_t K, int num_sms) {
   int64_t blocks = (N + kRows - 1) / kRows, chunks = (K + kChunk - 1) / kChunk;
-  // Two CTAs per SM in all, while every split keeps at least two chunks per warp.
-  int64_t splits = std::min<int64_t>((2 * num_sms + blocks - 1) / blocks, chunks / (2 * kWarps));
+  // Two CTAs per SM in all, while every split keeps at least three chunks per warp; below 128
+  // chunks (K < 4096) one pass costs less than the partials' round trip (H200, bench_kernels
+  // --only skinny: V2-Lite's K = 2048 linears 10-25% faster unsplit, V3's K = 7168 ones faster split).
+  if (chunks < 128) return 1;
+  int64_t splits = std::min<int64_t>((2 * num_sms + blocks - 1) / blocks, chunks / (3 * kWarps));
   return int(std::clamp<int64_t>(splits, 1, kSkinnyGemmMaxSplits));
 }
 

@@ -1,0 +1,18 @@
+// Defaults of Backend's fused ops: the separate ops they stand for, in order.
+// The CPU reference runs these; faster backends override them.
+#include "kernels/ops.h"
+
+namespace mlaserve {
+
+void Backend::mla_norm_rope_store(Tensor& latent, Tensor& q_pe, const Tensor& norm, float eps, const Tensor& positions,
+                                  const RopeTable& rope_table, const Tensor& slots, Tensor& cache, float kv_scale) {
+  int64_t T = latent.size(0), R = q_pe.size(2), L = latent.size(1) - R;
+  Tensor c_kv = latent.narrow(1, 0, L);
+  rmsnorm(c_kv, norm, eps, c_kv);
+  Tensor k_pe = latent.narrow(1, L, R).as_strided({T, 1, R}, {latent.stride(0), R, 1});
+  rope(q_pe, positions, rope_table);
+  rope(k_pe, positions, rope_table);
+  kv_store(latent, slots, cache, kv_scale);
+}
+
+}  // namespace mlaserve

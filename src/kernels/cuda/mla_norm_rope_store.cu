@@ -1,0 +1,99 @@
+// Backend::mla_norm_rope_store on CUDA: one block a token does what rmsnorm,
+// two ropes and kv_store did in four launches (the same fp32 math and rounding
+// points as those kernels).
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/pdl.cuh"
+
+namespace mlaserve::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kThreads = 256, kMaxVecPerLane = kMlaNormMaxWidth / (32 * 8);
+
+__device__ __forceinline__ float weight(const bf16* w, int i) { return __bfloat162float(w[i]); }
+__device__ __forceinline__ float weight(const float* w, int i) { return w[i]; }
+
+// Warp 0 normalizes the latent (16-byte accesses, the row held in registers)
+// and writes it to the row and the cache; then every thread rotates pairs:
+// q_pe's heads 0..H-1, and k_pe as head H.
+template <class W>
+__global__ void __launch_bounds__(kThreads) mla_norm_rope_store_kernel(MlaNormRopeStoreParams p, const W* norm) {
+  pdl_wait_and_trigger();
+  const int t = blockIdx.x;
+  bf16* row = static_cast<bf16*>(p.latent) + int64_t(t) * p.latent_ld;
+  bf16* cached = static_cast<bf16*>(p.cache) + int64_t(p.slots[t]) * (p.kv_lora + p.rope);
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x, nv = p.kv_lora / 8;
+    float v[kMaxVecPerLane][8];
+    float sum = 0;
+#pragma unroll
+    for (int j = 0; j < kMaxVecPerLane; ++j) {
+      int c = lane + 32 * j;
+      if (c >= nv) continue;
+      uint4 raw = reinterpret_cast<const uint4*>(row)[c];
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        float2 f = __bfloat1622float2(h[k]);
+        v[j][2 * k] = f.x, v[j][2 * k + 1] = f.y;
+        sum += f.x * f.x + f.y * f.y;
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float inv = rsqrtf(sum / float(p.kv_lora) + p.eps);
+#pragma unroll
+    for (int j = 0; j < kMaxVecPerLane; ++j) {
+      int c = lane + 32 * j;
+      if (c >= nv) continue;
+      uint4 out;
+      __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        h[k] = __floats2bfloat162_rn(weight(norm, 8 * c + 2 * k) * (v[j][2 * k] * inv),
+                                     weight(norm, 8 * c + 2 * k + 1) * (v[j][2 * k + 1] * inv));
+      reinterpret_cast<uint4*>(row)[c] = out;
+      reinterpret_cast<uint4*>(cached)[c] = out;
+    }
+  }
+  const float pos = float(p.positions[t]);
+  const int half = p.rope / 2;
+  for (int j = threadIdx.x; j < (p.heads + 1) * half; j += blockDim.x) {
+    int h = j / half, i = j % half;
+    float s, c;
+    sincosf(pos * p.inv_freq[i], &s, &c);
+    c *= p.mscale;
+    s *= p.mscale;
+    bf16* x = h < p.heads ? static_cast<bf16*>(p.q_pe) + int64_t(t) * p.q_st0 + int64_t(h) * p.q_st1 + 2 * i
+                          : row + p.kv_lora + 2 * i;
+    float a = __bfloat162float(x[0]), b = __bfloat162float(x[1]);
+    bf16 r0 = __float2bfloat16(a * c - b * s), r1 = __float2bfloat16(b * c + a * s);
+    x[0] = r0;
+    x[1] = r1;
+    if (h == p.heads) {
+      cached[p.kv_lora + 2 * i] = r0;
+      cached[p.kv_lora + 2 * i + 1] = r1;
+    }
+  }
+}
+
+}  // namespace
+
+bool mla_norm_rope_store_fits(const MlaNormRopeStoreParams& p) {
+  auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  return p.kv_lora % 8 == 0 && p.kv_lora <= kMlaNormMaxWidth && p.rope % 2 == 0 && p.latent_ld % 8 == 0 &&
+         (p.kv_lora + p.rope) % 8 == 0 && aligned(p.latent) && aligned(p.cache);
+}
+
+void launch_mla_norm_rope_store(const MlaNormRopeStoreParams& p, const void* norm, bool norm_f32, cudaStream_t s) {
+  if (p.num_tokens == 0) return;
+  if (norm_f32)
+    launch_pdl(mla_norm_rope_store_kernel<float>, p.num_tokens, kThreads, 0, s, p, static_cast<const float*>(norm));
+  else
+    launch_pdl(mla_norm_rope_store_kernel<bf16>, p.num_tokens, kThreads, 0, s, p, static_cast<const bf16*>(norm));
+}
+
+}  // namespace mlaserve::cuda

@@ -1,0 +1,75 @@
+// Programmatic dependent launch (Hopper): a kernel launched with launch_pdl may
+// be scheduled while the kernel before it on the stream is still running, so
+// its launch latency and whatever it does before pdl_wait() (reading weights,
+// which no kernel of a forward writes) overlap that kernel.
+//
+// The contract, for every kernel launched with launch_pdl: call pdl_wait()
+// before reading anything an earlier kernel wrote and before writing anything.
+// pdl_wait() returns once the previous grid has completed and its writes are
+// visible (and at once for kernels launched the ordinary way), so the stream
+// order still holds transitively. pdl_trigger() lets the next kernel be
+// scheduled; kernels call it right after their wait, so at most two grids of a
+// stream overlap.
+//
+// MLASERVE_DISABLE_PDL=1 in the environment launches everything the ordinary
+// way (for A/B runs).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <utility>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace mlaserve::cuda {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Both at the top of a kernel that has nothing to do before its inputs are
+// ready.
+__device__ __forceinline__ void pdl_wait_and_trigger() {
+  pdl_wait();
+  pdl_trigger();
+}
+
+// Starts the fetch of [p, p + bytes) into L2 (for weights read before pdl_wait
+// returns).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+inline bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("MLASERVE_DISABLE_PDL");
+    return !(v && *v && *v != '0');
+  }();
+  return enabled;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream
+// serialization allowed.
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace mlaserve::cuda
