@@ -26,7 +26,8 @@ void move(LayerWeights& l, Backend& b) {
   move(l.input_norm, b);
   move(l.post_attention_norm, b);
   AttentionWeights& a = l.attn;
-  for (LinearWeight* w : {&a.q_proj, &a.q_a_proj, &a.q_b_proj, &a.kv_a_proj, &a.kv_b_proj, &a.o_proj}) move(*w, b);
+  for (LinearWeight* w : {&a.q_proj, &a.q_a_proj, &a.q_b_proj, &a.kv_a_proj, &a.q_kv_a, &a.kv_b_proj, &a.o_proj})
+    move(*w, b);
   move(a.q_a_norm, b);
   move(a.kv_a_norm, b);
   if (l.is_moe) {

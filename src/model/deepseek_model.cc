@@ -34,17 +34,29 @@ Tensor stack_rows(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-// Stacks gate over up into gate_up (FP8 blocks too, when the inter size is whole blocks), so the
-// MLP runs one GEMM for both; the weights may already be on the backend (dummy ones made there).
+// Whether b's rows can follow a's in one weight: same dtype and input width, and FP8 blocks only
+// of one size with whole blocks of rows in each (a block may not straddle the two).
+bool stackable(const LinearWeight& a, const LinearWeight& b) {
+  if (!a.weight.defined() || !b.weight.defined() || a.weight.dtype() != b.weight.dtype() ||
+      a.in_features() != b.in_features() || a.is_fp8_block() != b.is_fp8_block())
+    return false;
+  return !a.is_fp8_block() || (a.block_n == b.block_n && a.block_k == b.block_k && a.out_features() % a.block_n == 0 &&
+                               b.out_features() % b.block_n == 0);
+}
+
+// a's rows over b's (FP8 block scales too), on the host: the weights may already be on the
+// backend (dummy ones made there).
+LinearWeight stack_linears(const LinearWeight& a, const LinearWeight& b, Backend& backend) {
+  LinearWeight s = a;
+  s.weight = stack_rows(backend.to_host(a.weight), backend.to_host(b.weight));
+  if (a.is_fp8_block()) s.scale_inv = stack_rows(backend.to_host(a.scale_inv), backend.to_host(b.scale_inv));
+  return s;
+}
+
+// Stacks gate over up into gate_up, so the MLP runs one GEMM for both.
 void stack_gate_up(GatedMlpWeights& m, Backend& backend) {
-  const LinearWeight &g = m.gate, &u = m.up;
-  if (!g.weight.defined() || g.weight.dtype() != u.weight.dtype() || g.weight.shape() != u.weight.shape() ||
-      g.is_fp8_block() != u.is_fp8_block() || (g.is_fp8_block() && g.out_features() % g.block_n != 0))
-    return;
-  LinearWeight s = g;
-  s.weight = stack_rows(backend.to_host(g.weight), backend.to_host(u.weight));
-  if (g.is_fp8_block()) s.scale_inv = stack_rows(backend.to_host(g.scale_inv), backend.to_host(u.scale_inv));
-  m.gate_up = s;
+  if (!stackable(m.gate, m.up) || m.gate.weight.shape() != m.up.weight.shape()) return;
+  m.gate_up = stack_linears(m.gate, m.up, backend);
   m.gate = m.up = LinearWeight{};
 }
 
@@ -151,7 +163,26 @@ DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& 
     if (!l.is_moe) stack_gate_up(l.mlp, backend_);
     else if (l.moe.has_shared && shared_chunks_[i] == 0) stack_gate_up(l.moe.shared, backend_);
   }
+  fuse_q_kv_a();
   move_weights_to_backend(weights_, backend_);
+}
+
+void DeepseekModel::fuse_q_kv_a() {
+  if (!options_.fuse_q_kv_a) return;
+  int64_t stacked = 0;
+  for (LayerWeights& l : weights_.layers) {
+    AttentionWeights& a = l.attn;
+    LinearWeight& q = config_.q_lora_rank > 0 ? a.q_a_proj : a.q_proj;
+    if (!stackable(q, a.kv_a_proj)) continue;
+    a.q_kv_a = stack_linears(q, a.kv_a_proj, backend_);
+    q = a.kv_a_proj = LinearWeight{};
+    ++stacked;
+  }
+  // FP8 checkpoints keep them apart: kv_a's 576 rows are not whole 128-row blocks.
+  if (stacked < int64_t(weights_.layers.size()))
+    spdlog::info("{} and kv_a_proj_with_mqa run as two GEMMs in {} of {} layers (FP8 blocks or dtypes differ)",
+                 config_.q_lora_rank > 0 ? "q_a_proj" : "q_proj", int64_t(weights_.layers.size()) - stacked,
+                 weights_.layers.size());
 }
 
 void DeepseekModel::fuse_shared_experts() {
@@ -226,22 +257,32 @@ Tensor DeepseekModel::attention(int64_t l, const Tensor& x, const ForwardBatch& 
   int64_t T = x.size(0), nh = c.num_attention_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim;
   int64_t L = c.kv_lora_rank, V = c.v_head_dim, qk = c.qk_head_dim();
 
-  // Queries: q = q_b(rmsnorm(q_a(x))) or q_proj(x); [T, nh, nope + rope].
-  Tensor q = ops.empty(act, {T, nh * qk});
-  if (c.q_lora_rank > 0) {
-    Tensor qa = ops.empty(act, {T, c.q_lora_rank});
-    apply_linear(ops, x, w.q_a_proj, qa);
-    ops.rmsnorm(qa, w.q_a_norm, float(c.rms_norm_eps), qa);
-    apply_linear(ops, qa, w.q_b_proj, q);
+  // q_proj(x) (or q_a(x) with q_lora) and the token's cache entry kv_a(x) = [c_kv, k_pe] read the
+  // same x: with q_kv_a both are column views of one GEMM's output, rows Nq + L + rope apart.
+  int64_t Nq = c.q_lora_rank > 0 ? c.q_lora_rank : nh * qk;
+  Tensor q_or_qa, latent;
+  if (w.q_kv_a.weight.defined()) {
+    Tensor both = ops.empty(act, {T, Nq + L + rope});
+    apply_linear(ops, x, w.q_kv_a, both);
+    q_or_qa = both.narrow(1, 0, Nq);
+    latent = both.narrow(1, Nq, L + rope);
   } else {
-    apply_linear(ops, x, w.q_proj, q);
+    q_or_qa = ops.empty(act, {T, Nq});
+    apply_linear(ops, x, c.q_lora_rank > 0 ? w.q_a_proj : w.q_proj, q_or_qa);
+    latent = ops.empty(act, {T, L + rope});
+    apply_linear(ops, x, w.kv_a_proj, latent);
   }
-  Tensor q3 = q.reshape({T, nh, qk});
+  // Queries: q = q_b(rmsnorm(q_a(x))) or q_proj(x); [T, nh, nope + rope], rows q.stride(0) apart
+  // (reshape takes contiguous tensors only).
+  Tensor q = q_or_qa;
+  if (c.q_lora_rank > 0) {
+    ops.rmsnorm(q_or_qa, w.q_a_norm, float(c.rms_norm_eps), q_or_qa);
+    q = ops.empty(act, {T, nh * qk});
+    apply_linear(ops, q_or_qa, w.q_b_proj, q);
+  }
+  Tensor q3 = q.as_strided({T, nh, qk}, {q.stride(0), qk, 1});
   Tensor q_nope = q3.narrow(2, 0, nope), q_pe = q3.narrow(2, nope, rope);
 
-  // The token's cache entry: [rmsnorm(c_kv), rope(k_pe)], kv_lora + rope wide.
-  Tensor latent = ops.empty(act, {T, L + rope});
-  apply_linear(ops, x, w.kv_a_proj, latent);
   // rmsnorm(c_kv), rope(k_pe) and rope(q_pe), then the latent rows into the cache (one op).
   Tensor& cache = kv.layer(l);
   // A cache scale serves FP8's narrow range; wider caches hold the latents as they are.

@@ -23,6 +23,10 @@ struct DeepseekModelOptions {
   // Batches of more tokens run those chunks as dense MLPs beside the routed experts: at large
   // token counts the grouped expert GEMM is slower than a dense GEMM.
   int64_t shared_fusion_max_tokens = 256;
+  // q_proj (or q_a_proj with q_lora) and kv_a_proj_with_mqa both read the normalized hidden state:
+  // stacked at construction into AttentionWeights::q_kv_a, they run as one GEMM (one launch at
+  // decode) whose output columns are q (or q_a) and the latent. Off: two GEMMs, as the weights come.
+  bool fuse_q_kv_a = true;
 };
 
 class DeepseekModel {
@@ -49,6 +53,8 @@ class DeepseekModel {
   // Appends each MoE layer's shared-expert chunks to its experts where options_ and the weights
   // allow (fills shared_chunks_).
   void fuse_shared_experts();
+  // Stacks each layer's q (or q_a) projection over kv_a where options_ and the weights allow.
+  void fuse_q_kv_a();
 
   ModelConfig config_;
   ModelWeights weights_;

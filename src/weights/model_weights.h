@@ -16,6 +16,9 @@ struct AttentionWeights {
   Tensor q_a_norm;        // [q_lora]
   LinearWeight q_b_proj;  // [H * qk_head, q_lora]
   LinearWeight kv_a_proj; // [kv_lora + rope, hidden] (kv_a_proj_with_mqa)
+  // q_proj (or q_a_proj) stacked over kv_a_proj, [N_q + kv_lora + rope, hidden], when the model
+  // made it (then those two are left undefined): both read the same x, so one GEMM serves them.
+  LinearWeight q_kv_a;
   Tensor kv_a_norm;       // [kv_lora]
   LinearWeight kv_b_proj; // [H * (nope + v), kv_lora]
   LinearWeight o_proj;    // [hidden, H * v]

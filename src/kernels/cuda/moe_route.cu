@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe_route.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
 
@@ -34,6 +35,7 @@ __device__ __forceinline__ void warp_top2(float& t1, float& t2) {
 }
 
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) moe_route_kernel(MoeRouteParams p) {
+  pdl_wait_and_trigger();
   int lane = threadIdx.x % 32;
   int t = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   if (t >= p.num_tokens) return;  // whole warps leave together
@@ -169,7 +171,7 @@ void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream) {
             p.num_groups);
   if (p.num_tokens == 0) return;
   int blocks = (p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  moe_route_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
+  launch_pdl(moe_route_kernel, blocks, kWarpsPerBlock * 32, 0, stream, p);
   CUDA_CHECK_LAUNCH();
 }
 
