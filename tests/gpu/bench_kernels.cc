@@ -526,16 +526,22 @@ int main(int argc, char** argv) {
   }
 
   // The skinny GEMM at one token over the decode shapes, each split-K count beside the default.
-  for (Lin l : std::vector<Lin>{{"v2lite.q", 3072, 2048}, {"v2lite.kv_a", 576, 2048}, {"v2lite.o", 2048, 2048},
-                               {"v2lite.router", 64, 2048}, {"v2lite.shared_gate_up", 5632, 2048},
-                               {"v2lite.shared_down", 2048, 2816}, {"v3.q_a", 1536, 7168}, {"v3.kv_a", 576, 7168},
-                               {"v3.o", 7168, 16384}}) {
+  for (Lin l : std::vector<Lin>{{"v2lite.q", 3072, 2048},
+                                {"v2lite.kv_a", 576, 2048},
+                                {"v2lite.o", 2048, 2048},
+                                {"v2lite.router", 64, 2048},
+                                {"v2lite.shared_gate_up", 5632, 2048},
+                                {"v2lite.shared_down", 2048, 2816},
+                                {"v3.q_a", 1536, 7168},
+                                {"v3.kv_a", 576, 7168},
+                                {"v3.o", 7168, 16384}}) {
     if (!run("skinny")) break;
     int n_sets = int(std::max<int64_t>(1, std::min<int64_t>(16, (int64_t(400) << 20) / (l.N * l.K * 2) + 1)));
     std::vector<Tensor> ws;
     for (int i = 0; i < n_sets; ++i) ws.push_back(random_bf16({l.N, l.K}, 300 + i, 0.02f));
     Tensor x = random_bf16({1, l.K}, 6), y = gpu.empty(DType::F32, {1, l.N});
-    Tensor partials = gpu.empty(DType::F32, {int64_t(cuda::skinny_gemm_partial_floats(l.N, cuda::kSkinnyGemmMaxSplits))});
+    Tensor partials =
+        gpu.empty(DType::F32, {int64_t(cuda::skinny_gemm_partial_floats(l.N, cuda::kSkinnyGemmMaxSplits))});
     int* counters;
     CUDA_CHECK(cudaMalloc(&counters, size_t(l.N / 16 + 1) * sizeof(int)));
     CUDA_CHECK(cudaMemset(counters, 0, size_t(l.N / 16 + 1) * sizeof(int)));

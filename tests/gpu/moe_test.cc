@@ -120,7 +120,9 @@ TEST_F(Moe, ExpertsMatchTheReference) {
   // V2-Lite dims with 16 experts (the host reference stays quick), then many small experts.
   std::vector<ExpertsCase> cases = {{16, 6, 2048, 1408, {1, 5, 16, 200}},
                                     {64, 6, 256, 128, {3, 64, 300}},
-                                    {256, 8, 128, 64, {2, 37, 500}}};
+                                    {256, 8, 128, 64, {2, 37, 500}},
+                                    // V3's routed experts and its shared one fused in (8 + 1 slots)
+                                    {257, 9, 128, 64, {2, 37, 500}}};
   cuda::MoeRunner& runner = gpu.moe_runner();
   const int default_max_pairs = runner.decode_max_pairs;
   const bool default_grouped = runner.grouped_gemm;

@@ -3,16 +3,10 @@
 // chunks (past shared_fusion_max_tokens), in fp32 and with FP8 block weights.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <numeric>
-
-#include "cache/kv_pool.h"
+#include "../common/tiny_model_runs.h"
 #include "common/error.h"
 #include "common/random.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "model/deepseek_model.h"
-#include "weights/weight_loader.h"
-#include "weights/weight_source.h"
 
 namespace mlaserve {
 namespace {
@@ -74,54 +68,11 @@ TEST(SharedExpertsFusion, RouteRefusesOutputsWithoutTheFusedSlots) {
   }
 }
 
-// A preset with dummy fp32 weights (or FP8 128x128 blocks), cut to a small vocabulary and no MTP
-// layer so that making it is quick.
-std::unique_ptr<DeepseekModel> tiny(Backend& backend, const std::string& preset, const std::string& quantization,
-                                    DeepseekModel::Options options) {
-  ModelConfig config = *ModelConfig::preset(preset);
-  config.vocab_size = 2048;
-  config.num_nextn_predict_layers = 0;
-  std::unique_ptr<WeightSource> source = make_dummy_source(config, 7, DType::F32);
-  if (quantization == "fp8") {
-    config.quantization = QuantizationConfig{};
-    source = make_fp8_quantizing_source(std::move(source), 128, 128);
-  }
-  ModelWeights weights = load_model_weights(config, *source);
-  return std::make_unique<DeepseekModel>(config, std::move(weights), backend, options);
-}
+using testing::prefill_and_decode_logits;
+using testing::rel_max_error;
+using testing::tiny_model;
 
-// Two sequences prefilled together (11 tokens), then three decode steps of both (2 tokens each,
-// fixed ids so every model sees the same input): the logits of every pass.
-std::vector<Tensor> run(DeepseekModel& m, Backend& backend) {
-  const ModelConfig& c = m.config();
-  KvPool kv(backend, c.num_hidden_layers, 64, c.kv_cache_dim(), DType::F32);
-  std::vector<SequenceInput> seqs = {{{5, 17, 300, 41, 9, 77}, {}, true}, {{8, 1000, 23, 6, 2}, {}, true}};
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    seqs[i].slots.resize(seqs[i].new_tokens.size());
-    std::iota(seqs[i].slots.begin(), seqs[i].slots.end(), int32_t(32 * i));
-  }
-  std::vector<Tensor> logits = {m.forward(make_forward_batch(seqs), kv)};
-  for (int step = 0; step < 3; ++step) {
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      seqs[i].new_tokens = {int32_t(100 + 37 * step + 11 * int32_t(i))};
-      seqs[i].slots.push_back(seqs[i].slots.back() + 1);
-      seqs[i].all_logits = false;
-    }
-    logits.push_back(m.forward(make_forward_batch(seqs), kv));
-  }
-  return logits;
-}
-
-// Largest |got - want| over the largest |want|.
-double rel_max_error(const Tensor& got, const Tensor& want) {
-  EXPECT_EQ(got.shape(), want.shape());
-  double err = 0, ref = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    err = std::max(err, std::fabs(double(got.data<float>()[i]) - double(want.data<float>()[i])));
-    ref = std::max(ref, std::fabs(double(want.data<float>()[i])));
-  }
-  return ref > 0 ? err / ref : err;
-}
+int64_t fp8_block(const std::string& quantization) { return quantization == "fp8" ? 128 : 0; }
 
 struct ModelCase {
   const char* preset;
@@ -134,10 +85,10 @@ class FusedModel : public ::testing::TestWithParam<ModelCase> {};
 TEST_P(FusedModel, GivesTheLogitsOfTheUnfusedModel) {
   const ModelCase& p = GetParam();
   auto backend = make_cpu_backend();
-  auto plain = tiny(*backend, p.preset, p.quantization, {.fuse_shared_experts = false});
+  auto plain = tiny_model(*backend, p.preset, fp8_block(p.quantization), {.fuse_shared_experts = false});
   // Routed as experts at every pass; and as dense chunks for the 11-token prefill.
-  auto fused = tiny(*backend, p.preset, p.quantization, {});
-  auto chunked = tiny(*backend, p.preset, p.quantization, {.shared_fusion_max_tokens = 4});
+  auto fused = tiny_model(*backend, p.preset, fp8_block(p.quantization), {});
+  auto chunked = tiny_model(*backend, p.preset, fp8_block(p.quantization), {.shared_fusion_max_tokens = 4});
 
   const ModelConfig& c = plain->config();
   int64_t E = c.n_routed_experts, ns = c.n_shared_experts;
@@ -153,7 +104,9 @@ TEST_P(FusedModel, GivesTheLogitsOfTheUnfusedModel) {
     EXPECT_EQ(int64_t(plain->weights().layers[size_t(l)].moe.experts.size()), E);
   }
 
-  std::vector<Tensor> want = run(*plain, *backend), got = run(*fused, *backend), got_chunked = run(*chunked, *backend);
+  std::vector<Tensor> want = prefill_and_decode_logits(*plain, *backend);
+  std::vector<Tensor> got = prefill_and_decode_logits(*fused, *backend);
+  std::vector<Tensor> got_chunked = prefill_and_decode_logits(*chunked, *backend);
   for (size_t i = 0; i < want.size(); ++i) {
     double e = rel_max_error(got[i], want[i]), ec = rel_max_error(got_chunked[i], want[i]);
     EXPECT_LE(e, p.tolerance) << p.preset << " pass " << i << " (fused)";
@@ -177,12 +130,13 @@ class NoRoomCpuBackend final : public cpu::CpuBackend {
 
 TEST(SharedExpertsFusion, StaysApartWhereTheBackendTakesTooFewExperts) {
   NoRoomCpuBackend backend;
-  auto plain = tiny(backend, "deepseek-v2-lite-tiny", "", {.fuse_shared_experts = false});
-  auto fused = tiny(backend, "deepseek-v2-lite-tiny", "", {});
+  auto plain = tiny_model(backend, "deepseek-v2-lite-tiny", 0, {.fuse_shared_experts = false});
+  auto fused = tiny_model(backend, "deepseek-v2-lite-tiny", 0, {});
   const MoeWeights& m = fused->weights().layers[1].moe;
   EXPECT_EQ(m.experts.size(), 16u);
   EXPECT_TRUE(m.shared.gate_up.weight.defined());
-  std::vector<Tensor> want = run(*plain, backend), got = run(*fused, backend);
+  std::vector<Tensor> want = prefill_and_decode_logits(*plain, backend);
+  std::vector<Tensor> got = prefill_and_decode_logits(*fused, backend);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(rel_max_error(got[i], want[i]), 0.0) << "pass " << i;
 }
 

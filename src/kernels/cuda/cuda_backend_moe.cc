@@ -75,8 +75,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
             int32_t(k), int32_t(H), int32_t(I), out.raw(), out.stride(0), *gemm_, stream_);
 }
 
-// The decode kernels' touched-expert bitmasks and the sorted path's counts cover 256 experts.
-int64_t CudaBackend::max_moe_experts() const { return 256; }
+int64_t CudaBackend::max_moe_experts() const { return kMoeMaxExperts; }
 
 MoeRunner& CudaBackend::moe_runner() {
   if (!moe_) moe_ = std::make_shared<MoeRunner>();

@@ -59,9 +59,9 @@ void launch_quantize_fp8_per_token_group(const void* x, int64_t ldx, int64_t T, 
                                          cudaStream_t stream) {
   const int64_t items = T * ((K + group - 1) / group);
   if (items == 0) return;
-  launch_pdl(quantize_kernel, unsigned((items + kWarps - 1) / kWarps), kWarps * 32, 0, stream, 
-      static_cast<const __nv_bfloat16*>(x), ldx, T, K, group, static_cast<uint8_t*>(q), ldq, scales, scale_t,
-      scale_g);
+  launch_pdl(quantize_kernel, unsigned((items + kWarps - 1) / kWarps), kWarps * 32, 0, stream,
+             static_cast<const __nv_bfloat16*>(x), ldx, T, K, group, static_cast<uint8_t*>(q), ldq, scales, scale_t,
+             scale_g);
   CUDA_CHECK_LAUNCH();
 }
 

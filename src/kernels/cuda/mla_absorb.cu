@@ -53,14 +53,14 @@ void launch_copy_q_pe(const MlaAbsorbQParams& p, cudaStream_t stream) {
   if (vec) {
     int chunks = int(p.rope / 8);
     int64_t total = rows * chunks;
-    launch_pdl(copy_q_pe_kernel, unsigned((total + kThreads - 1) / kThreads), kThreads, 0, stream, 
-        static_cast<const uint4*>(p.q_pe), p.pe_st0 / 8, p.pe_st1 / 8, reinterpret_cast<uint4*>(dst), p.ql_st0 / 8,
-        p.ql_st1 / 8, p.H, chunks, total);
+    launch_pdl(copy_q_pe_kernel, unsigned((total + kThreads - 1) / kThreads), kThreads, 0, stream,
+               static_cast<const uint4*>(p.q_pe), p.pe_st0 / 8, p.pe_st1 / 8, reinterpret_cast<uint4*>(dst),
+               p.ql_st0 / 8, p.ql_st1 / 8, p.H, chunks, total);
   } else {
     int64_t total = rows * p.rope;
-    launch_pdl(copy_q_pe_scalar_kernel, unsigned((total + kThreads - 1) / kThreads), kThreads, 0, stream, 
-        static_cast<const __nv_bfloat16*>(p.q_pe), p.pe_st0, p.pe_st1, dst, p.ql_st0, p.ql_st1, p.H, int(p.rope),
-        total);
+    launch_pdl(copy_q_pe_scalar_kernel, unsigned((total + kThreads - 1) / kThreads), kThreads, 0, stream,
+               static_cast<const __nv_bfloat16*>(p.q_pe), p.pe_st0, p.pe_st1, dst, p.ql_st0, p.ql_st1, p.H, int(p.rope),
+               total);
   }
   CUDA_CHECK_LAUNCH();
 }

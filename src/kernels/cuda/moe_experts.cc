@@ -27,7 +27,7 @@ struct MoeRunner::State {
   };
   std::map<const void*, Table> tables;
   GrowingBuffer act, y, xs, gu, offsets, sorted, pos;
-  int32_t* host_offsets = nullptr;  // pinned [kMaxExperts + 1]
+  int32_t* host_offsets = nullptr;  // pinned [kMoeMaxExperts + 1]
   std::vector<cudaStream_t> streams;
   std::vector<cudaEvent_t> done;
   std::vector<std::unique_ptr<GemmRunner>> gemms;
@@ -79,7 +79,7 @@ struct MoeRunner::State {
 };
 
 MoeRunner::MoeRunner() : st_(std::make_unique<State>()) {
-  CUDA_CHECK(cudaMallocHost(&st_->host_offsets, 257 * sizeof(int32_t)));
+  CUDA_CHECK(cudaMallocHost(&st_->host_offsets, (kMoeMaxExperts + 1) * sizeof(int32_t)));
   CUDA_CHECK(cudaEventCreateWithFlags(&st_->fork, cudaEventDisableTiming));
 }
 
@@ -130,7 +130,7 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
   tb.I = I;
   if (T == 0) return;
   auto dptr = static_cast<const void* const*>(tb.dev.get());
-  bool decode = P <= decode_pair_limit(E) && P <= kMoeDecodeMaxPairs && E <= 256 && H % 8 == 0 && I % 8 == 0 &&
+  bool decode = P <= decode_pair_limit(E) && P <= kMoeDecodeMaxPairs && E <= kMoeMaxExperts && H % 8 == 0 && I % 8 == 0 &&
                 x_ld % 8 == 0 && aligned16(x) && tb.aligned;
   if (decode) {
     MoeDecodeParams p{x, x_ld, ids, dptr, dptr + E, dptr + 2 * E,

@@ -20,7 +20,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr unsigned kFull = 0xffffffffu;
-constexpr int kMaxExperts = 256;  // the touched-expert bitmask has 8 words
+constexpr int kMaxExperts = kMoeMaxExperts;  // the touched-expert bitmask has 16 words
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = 2, kRowsPerBlock = kWarps * kRowsPerWarp;
 constexpr int kMaxTok = 8;  // token rows dotted with each weight row per pass, at most
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kThreads) down_kernel(MoeDecodeParams p) {
 // Stable counting sort of the pairs by expert, in one block: counts, offsets, then tiles of
 // blockDim pairs where each pair's rank among equal experts comes from __match_any_sync within
 // its warp plus the counts of the earlier warps and tiles.
-constexpr int kAlignThreads = 1024;
+constexpr int kAlignThreads = 512;  // per-warp counts of every expert: 32 KB of shared memory
 __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids, int P, int E, int32_t* offsets,
                                                               int32_t* sorted, int32_t* pos) {
   pdl_wait_and_trigger();
@@ -311,27 +311,28 @@ void check_decode(const MoeDecodeParams& p) {
             p.num_tokens * p.top_k, p.hidden, p.inter, p.x_ld);
 }
 
+// The variant of a decode kernel for the batch's tokens (1, 2, 4 or kMaxTok a pass).
+using DecodeKernel = void (*)(MoeDecodeParams);
+DecodeKernel variant_for(const MoeDecodeParams& p, DecodeKernel k1, DecodeKernel k2, DecodeKernel k4,
+                         DecodeKernel k_max) {
+  return p.num_tokens == 1 ? k1 : p.num_tokens == 2 ? k2 : p.num_tokens <= 4 ? k4 : k_max;
+}
+
 }  // namespace
 
 void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s) {
   check_decode(p);
   if (p.num_tokens == 0) return;
-  dim3 grid = decode_grid(p, p.inter);
-  if (p.num_tokens == 1) launch_pdl(gate_up_kernel<1>, grid, kThreads, 0, s, p);
-  else if (p.num_tokens == 2) launch_pdl(gate_up_kernel<2>, grid, kThreads, 0, s, p);
-  else if (p.num_tokens <= 4) launch_pdl(gate_up_kernel<4>, grid, kThreads, 0, s, p);
-  else launch_pdl(gate_up_kernel<kMaxTok>, grid, kThreads, 0, s, p);
+  launch_pdl(variant_for(p, gate_up_kernel<1>, gate_up_kernel<2>, gate_up_kernel<4>, gate_up_kernel<kMaxTok>),
+             decode_grid(p, p.inter), kThreads, 0, s, p);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s) {
   check_decode(p);
   if (p.num_tokens == 0) return;
-  dim3 grid = decode_grid(p, p.hidden);
-  if (p.num_tokens == 1) launch_pdl(down_kernel<1>, grid, kThreads, 0, s, p);
-  else if (p.num_tokens == 2) launch_pdl(down_kernel<2>, grid, kThreads, 0, s, p);
-  else if (p.num_tokens <= 4) launch_pdl(down_kernel<4>, grid, kThreads, 0, s, p);
-  else launch_pdl(down_kernel<kMaxTok>, grid, kThreads, 0, s, p);
+  launch_pdl(variant_for(p, down_kernel<1>, down_kernel<2>, down_kernel<4>, down_kernel<kMaxTok>),
+             decode_grid(p, p.hidden), kThreads, 0, s, p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -363,10 +364,10 @@ void launch_moe_combine(const void* y, bool y_f32, const int32_t* pair_pos, cons
   dim3 grid(unsigned(num_tokens), unsigned((hidden + threads - 1) / threads));
   if (y_f32)
     launch_pdl(combine_kernel<float>, grid, threads, 0, s, static_cast<const float*>(y), pair_pos, weights, w_ld, top_k,
-                                                  hidden, static_cast<bf16*>(out), out_ld);
+               hidden, static_cast<bf16*>(out), out_ld);
   else
     launch_pdl(combine_kernel<bf16>, grid, threads, 0, s, static_cast<const bf16*>(y), pair_pos, weights, w_ld, top_k,
-                                                  hidden, static_cast<bf16*>(out), out_ld);
+               hidden, static_cast<bf16*>(out), out_ld);
   CUDA_CHECK_LAUNCH();
 }
 

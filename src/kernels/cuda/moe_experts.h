@@ -36,6 +36,9 @@ struct MoeDecodeParams {
   int32_t num_tokens, top_k, num_experts, hidden, inter;
 };
 
+// Most experts one call takes: routed ones plus the fused shared ones (V3 / R1: 256 + 1).
+constexpr int kMoeMaxExperts = 512;
+
 // Largest number of (token, slot) pairs the decode kernels take (their pair lists live in smem).
 constexpr int kMoeDecodeMaxPairs = 1024;
 

@@ -27,7 +27,6 @@ using namespace mma;
 
 constexpr int kBN = 128, kBK = 64, kStages = 3;
 constexpr int kWarps = 8, kThreads = kWarps * 32;
-constexpr int kMaxExperts = 256;
 
 // The warp layout of a kBM-row tile.
 template <int kBM>
@@ -43,21 +42,27 @@ struct Tile {
 // Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows, 64] tile.
 __device__ __forceinline__ int swz(int row, int chunk) { return row * kBK + ((chunk ^ (row & 7)) << 3); }
 
-// The expert and first row of row tile `tile`, from the tile counts' prefix sum (thread-parallel
-// over experts, a warp-shuffle scan per warp, then the warp totals).
+// The expert and first row of row tile `tile`, from the tile counts' prefix sum: thread t holds
+// experts 2t and 2t + 1 (kThreads * 2 >= kMoeGroupedMaxExperts), a warp-shuffle scan per warp,
+// then the warp totals.
 template <int kBM>
 __device__ bool find_tile(const int32_t* offsets, int E, int tile, int& expert, int& row0, int& row_end) {
+  static_assert(2 * kThreads >= kMoeGroupedMaxExperts, "two experts a thread");
   __shared__ int s_warp[kWarps];
   __shared__ int s_hit[3];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   if (tid == 0) s_hit[0] = -1;
-  int begin = 0, end = 0, n_tiles = 0;
-  if (tid < E) {
-    begin = offsets[tid];
-    end = offsets[tid + 1];
-    n_tiles = (end - begin + kBM - 1) / kBM;
+  int begin[2] = {0, 0}, end[2] = {0, 0}, n_tiles[2] = {0, 0};
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    int e = 2 * tid + j;
+    if (e < E) {
+      begin[j] = offsets[e];
+      end[j] = offsets[e + 1];
+      n_tiles[j] = (end[j] - begin[j] + kBM - 1) / kBM;
+    }
   }
-  int incl = n_tiles;
+  int mine = n_tiles[0] + n_tiles[1], incl = mine;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     int v = __shfl_up_sync(0xffffffffu, incl, o);
@@ -67,11 +72,15 @@ __device__ bool find_tile(const int32_t* offsets, int E, int tile, int& expert, 
   __syncthreads();
   int before = 0;
   for (int w = 0; w < warp; ++w) before += s_warp[w];
-  int first = before + incl - n_tiles;  // this expert's first tile
-  if (tid < E && tile >= first && tile < first + n_tiles) {
-    s_hit[0] = tid;
-    s_hit[1] = begin + (tile - first) * kBM;
-    s_hit[2] = end;
+  int first = before + incl - mine;  // the first tile of expert 2 tid
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    if (2 * tid + j < E && tile >= first && tile < first + n_tiles[j]) {
+      s_hit[0] = 2 * tid + j;
+      s_hit[1] = begin[j] + (tile - first) * kBM;
+      s_hit[2] = end[j];
+    }
+    first += n_tiles[j];
   }
   __syncthreads();
   expert = s_hit[0];
@@ -199,7 +208,7 @@ void launch_tiles(const MoeGroupedGemmParams& p, cudaStream_t stream) {
 
 bool moe_grouped_gemm_fits(const MoeGroupedGemmParams& p) {
   auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  return p.K % 8 == 0 && p.ldc % 2 == 0 && p.num_experts > 0 && p.num_experts <= kMaxExperts && aligned(p.a) &&
+  return p.K % 8 == 0 && p.ldc % 2 == 0 && p.num_experts > 0 && p.num_experts <= kMoeGroupedMaxExperts && aligned(p.a) &&
          reinterpret_cast<uintptr_t>(p.c) % 4 == 0 && (p.w_hi == nullptr || p.n_split % kBN == 0);
 }
 

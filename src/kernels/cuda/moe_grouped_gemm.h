@@ -26,7 +26,8 @@ struct MoeGroupedGemmParams {
 };
 
 // Whether the kernel takes the shapes: K % 8 == 0, ldc even, n_split a multiple of the 128-column
-// tile when w_hi is used, at most 256 experts.
+// tile when w_hi is used, at most kMoeGroupedMaxExperts experts.
+constexpr int kMoeGroupedMaxExperts = 512;
 bool moe_grouped_gemm_fits(const MoeGroupedGemmParams& p);
 void launch_moe_grouped_gemm(const MoeGroupedGemmParams& p, cudaStream_t stream);
 

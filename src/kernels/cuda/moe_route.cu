@@ -167,8 +167,7 @@ void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream) {
                 p.top_k + p.num_fused_shared <= kRouteMaxTopk && p.num_groups <= kRouteMaxGroups,
             "moe_route on CUDA supports up to {} experts, {} slots (top-k + fused shared) and {} groups; got {}, "
             "{} + {}, {}",
-            kRouteMaxExperts, kRouteMaxTopk, kRouteMaxGroups, p.num_experts, p.top_k, p.num_fused_shared,
-            p.num_groups);
+            kRouteMaxExperts, kRouteMaxTopk, kRouteMaxGroups, p.num_experts, p.top_k, p.num_fused_shared, p.num_groups);
   if (p.num_tokens == 0) return;
   int blocks = (p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
   launch_pdl(moe_route_kernel, blocks, kWarpsPerBlock * 32, 0, stream, p);
