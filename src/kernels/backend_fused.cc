@@ -1,5 +1,5 @@
-// Defaults of Backend's fused ops: the separate ops they stand for, in order.
-// The CPU reference runs these; faster backends override them.
+// Defaults of Backend's fused ops: the separate ops they stand for, in order. The CPU reference
+// runs these; faster backends override them.
 #include "kernels/ops.h"
 
 namespace mlaserve {

@@ -1,6 +1,5 @@
-// Backend::mla_norm_rope_store on CUDA: one block a token does what rmsnorm,
-// two ropes and kv_store did in four launches (the same fp32 math and rounding
-// points as those kernels).
+// Backend::mla_norm_rope_store on CUDA: one block a token does what rmsnorm, two ropes and kv_store
+// did in four launches (the same fp32 math and rounding points as those kernels).
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/elementwise.h"
@@ -17,9 +16,8 @@ constexpr int kThreads = 256, kMaxVecPerLane = kMlaNormMaxWidth / (32 * 8);
 __device__ __forceinline__ float weight(const bf16* w, int i) { return __bfloat162float(w[i]); }
 __device__ __forceinline__ float weight(const float* w, int i) { return w[i]; }
 
-// Warp 0 normalizes the latent (16-byte accesses, the row held in registers)
-// and writes it to the row and the cache; then every thread rotates pairs:
-// q_pe's heads 0..H-1, and k_pe as head H.
+// Warp 0 normalizes the latent (16-byte accesses, the row held in registers) and writes it to the
+// row and the cache; then every thread rotates pairs: q_pe's heads 0..H-1, and k_pe as head H.
 template <class W>
 __global__ void __launch_bounds__(kThreads) mla_norm_rope_store_kernel(MlaNormRopeStoreParams p, const W* norm) {
   pdl_wait_and_trigger();

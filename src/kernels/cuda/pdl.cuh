@@ -1,18 +1,14 @@
-// Programmatic dependent launch (Hopper): a kernel launched with launch_pdl may
-// be scheduled while the kernel before it on the stream is still running, so
-// its launch latency and whatever it does before pdl_wait() (reading weights,
-// which no kernel of a forward writes) overlap that kernel.
+// Programmatic dependent launch (Hopper): a kernel launched with launch_pdl may be scheduled while
+// the kernel before it on the stream is still running, so its launch latency and whatever it does
+// before pdl_wait() (reading weights, which no kernel of a forward writes) overlap that kernel.
 //
-// The contract, for every kernel launched with launch_pdl: call pdl_wait()
-// before reading anything an earlier kernel wrote and before writing anything.
-// pdl_wait() returns once the previous grid has completed and its writes are
-// visible (and at once for kernels launched the ordinary way), so the stream
-// order still holds transitively. pdl_trigger() lets the next kernel be
-// scheduled; kernels call it right after their wait, so at most two grids of a
-// stream overlap.
+// The contract, for every kernel launched with launch_pdl: call pdl_wait() before reading anything
+// an earlier kernel wrote and before writing anything. pdl_wait() returns once the previous grid
+// has completed and its writes are visible (and at once for kernels launched the ordinary way), so
+// the stream order still holds transitively. pdl_trigger() lets the next kernel be scheduled;
+// kernels call it right after their wait, so at most two grids of a stream overlap.
 //
-// MLASERVE_DISABLE_PDL=1 in the environment launches everything the ordinary
-// way (for A/B runs).
+// MLASERVE_DISABLE_PDL=1 in the environment launches everything the ordinary way (for A/B runs).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,15 +32,13 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// Both at the top of a kernel that has nothing to do before its inputs are
-// ready.
+// Both at the top of a kernel that has nothing to do before its inputs are ready.
 __device__ __forceinline__ void pdl_wait_and_trigger() {
   pdl_wait();
   pdl_trigger();
 }
 
-// Starts the fetch of [p, p + bytes) into L2 (for weights read before pdl_wait
-// returns).
+// Starts fetching the cache line at p into L2 (weights, before pdl_wait returns).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 inline bool pdl_enabled() {
@@ -55,8 +49,7 @@ inline bool pdl_enabled() {
   return enabled;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream
-// serialization allowed.
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed.
 template <typename... Params, typename... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
