@@ -13,17 +13,20 @@ void Backend::linear_fp8_w8a8(const Tensor&, const Tensor&, const LinearWeight&,
   fail("the {} backend has no FP8 W8A8 linear (its FP8 weights are converted when loaded)", name());
 }
 
-void apply_linear(Backend& ops, const Tensor& x, const LinearWeight& w, Tensor& out) {
-  if (!w.is_fp8_block() || !ops.supports_fp8_w8a8()) {
-    ops.linear(x, w, out);
-    return;
-  }
+void Backend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out) {
   int64_t T = x.size(0), K = x.size(1), groups = (K + w.block_k - 1) / w.block_k;
   // Activation groups line up with the weight's K-blocks, so each block's product needs one scale
   // of each side.
-  Tensor q = ops.empty(DType::F8_E4M3, {T, K}), scales = ops.empty(DType::F32, {T, groups});
-  ops.quantize_fp8_per_token_group(x, w.block_k, q, scales);
-  ops.linear_fp8_w8a8(q, scales, w, out);
+  Tensor q = empty(DType::F8_E4M3, {T, K}), scales = empty(DType::F32, {T, groups});
+  quantize_fp8_per_token_group(x, w.block_k, q, scales);
+  linear_fp8_w8a8(q, scales, w, out);
+}
+
+void apply_linear(Backend& ops, const Tensor& x, const LinearWeight& w, Tensor& out) {
+  if (w.is_fp8_block() && ops.supports_fp8_w8a8())
+    ops.linear_w8a8(x, w, out);
+  else
+    ops.linear(x, w, out);
 }
 
 }  // namespace mlaserve

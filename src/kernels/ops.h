@@ -130,6 +130,9 @@ class Backend {
   // each block's dot product in fp32, scaled, summed in fp32. q and scales come from
   // quantize_fp8_per_token_group with group = w.block_k; W is F8_E4M3 with block scales; out [T, N].
   virtual void linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out);
+  // Both of the above from the activation x [T, K]. The default runs them in turn; a backend whose
+  // GEMM wants the activation in another layout quantizes straight into it.
+  virtual void linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out);
   // out = silu(x[:, :I]) * x[:, I:]. x [T, 2I] (or gate and up given apart), out [T, I].
   virtual void silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
   // x += y. [T, D].

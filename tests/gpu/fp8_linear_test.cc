@@ -71,18 +71,25 @@ TEST_F(Fp8Linear, BlockScaledGemmMatchesTheReference) {
   }
 }
 
+// The whole W8A8 linear from BF16 activations, which CUDA quantizes straight into the GEMM's
+// padded layout: token counts on and off the 16-row padding, and a strided activation.
 TEST_F(Fp8Linear, ApplyLinearQuantizesAndMultiplies) {
   LinearWeight w = quantize_fp8_blocks(random_f32({1536, 7168}, seed, 0.05f), 128, 128);
-  Tensor x = bf16_exact({9, 7168}, seed + 1, 1.0f);
-  Tensor want = Tensor::empty(DType::F32, {9, 1536});
-  apply_linear(*cpu, x, w, want);
-  Tensor out = poisoned(gpu, DType::BF16, {9, 1536});
-  apply_linear(gpu, dev_bf16(x), gpu.to_backend(w), out);
-  EXPECT_LE(rel_l2(gpu.to_host(out), want), kBf16Tolerance);
-  // The plain linear op takes an FP8 weight the same way.
-  Tensor out2 = poisoned(gpu, DType::BF16, {9, 1536});
-  gpu.linear(dev_bf16(x), gpu.to_backend(w), out2);
-  EXPECT_LE(rel_l2(gpu.to_host(out2), want), kBf16Tolerance);
+  LinearWeight wd = gpu.to_backend(w);
+  for (int64_t T : {1, 9, 16, 33}) {
+    Tensor x_wide = bf16_exact({T, 7168 + 64}, seed + T, 1.0f), x = x_wide.narrow(1, 0, 7168).contiguous();
+    Tensor want = Tensor::empty(DType::F32, {T, 1536});
+    apply_linear(*cpu, x, w, want);
+    Tensor out = poisoned(gpu, DType::BF16, {T, 1536});
+    apply_linear(gpu, dev_bf16(x), wd, out);
+    double err = rel_l2(gpu.to_host(out), want);
+    EXPECT_LE(err, kBf16Tolerance) << "T=" << T;
+    worst = std::max(worst, err);
+    // The plain linear op takes an FP8 weight the same way.
+    Tensor out_f32 = poisoned(gpu, DType::F32, {T, 1536});
+    gpu.linear(dev_bf16(x_wide).narrow(1, 0, 7168), wd, out_f32);
+    EXPECT_LE(rel_l2(gpu.to_host(out_f32), want), kBf16Tolerance) << "T=" << T;
+  }
 }
 
 }  // namespace

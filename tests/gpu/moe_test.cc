@@ -4,6 +4,10 @@
 // and with 64 and 256 experts.
 #include "gpu_test_util.h"
 
+#include <fmt/format.h>
+
+#include <string>
+
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/moe_experts.h"
 
@@ -12,12 +16,44 @@ namespace {
 
 using namespace gputest;
 
-class Moe : public GpuTest {};
-
 struct RouteCase {
   const char* name;
   MoeRouting r;
   bool bias;
+};
+
+// Ids and weights of one routing case, from the CPU (want) and the GPU (got, on the host).
+struct RouteOutputs {
+  Tensor ids_want, w_want, ids_got, w_got;
+
+  int64_t id_mismatches() const {
+    int64_t n = 0;
+    for (int64_t i = 0; i < ids_want.numel(); ++i) n += ids_got.data<int32_t>()[i] != ids_want.data<int32_t>()[i];
+    return n;
+  }
+};
+
+class Moe : public GpuTest {
+ protected:
+  RouteOutputs route_both(const RouteCase& c, int64_t T) {
+    int64_t E = c.r.num_experts, S = c.r.slots();
+    // bf16-rounded logits: exact ties happen, and both sides must break them by index.
+    Tensor logits = random_f32({T, E}, seed + T + E, 2.0f);
+    Tensor bias = c.bias ? random_f32({E}, seed + 5, 0.2f) : Tensor();
+    RouteOutputs o;
+    o.ids_want = Tensor::empty(DType::I32, {T, S}), o.w_want = Tensor::empty(DType::F32, {T, S});
+    cpu->moe_route(logits, bias, c.r, o.ids_want, o.w_want);
+    Tensor ids = poisoned(gpu, DType::I32, {T, S}), w = poisoned(gpu, DType::F32, {T, S});
+    gpu.moe_route(gpu.to_device(logits), c.bias ? gpu.to_device(bias) : Tensor(), c.r, ids, w);
+    o.ids_got = gpu.to_host(ids), o.w_got = gpu.to_host(w);
+    return o;
+  }
+  void expect_same_routing(const RouteOutputs& o, const std::string& where) {
+    EXPECT_EQ(o.id_mismatches(), 0) << where;
+    double err = rel_l2(o.w_got, o.w_want);
+    EXPECT_LE(err, 1e-5) << where;
+    worst = std::max(worst, err);
+  }
 };
 
 TEST_F(Moe, RouteMatchesTheReference) {
@@ -33,21 +69,7 @@ TEST_F(Moe, RouteMatchesTheReference) {
   };
   for (const RouteCase& c : cases) {
     for (int64_t T : {1, 7, 133, 1000}) {
-      int64_t E = c.r.num_experts, k = c.r.top_k;
-      // bf16-rounded logits: exact ties happen, and both sides must break them by index.
-      Tensor logits = random_f32({T, E}, seed + T + E, 2.0f);
-      Tensor bias = c.bias ? random_f32({E}, seed + 5, 0.2f) : Tensor();
-      Tensor ids_want = Tensor::empty(DType::I32, {T, k}), w_want = Tensor::empty(DType::F32, {T, k});
-      cpu->moe_route(logits, bias, c.r, ids_want, w_want);
-      Tensor ids = poisoned(gpu, DType::I32, {T, k}), w = poisoned(gpu, DType::F32, {T, k});
-      gpu.moe_route(gpu.to_device(logits), c.bias ? gpu.to_device(bias) : Tensor(), c.r, ids, w);
-      Tensor ids_got = gpu.to_host(ids);
-      int64_t mismatches = 0;
-      for (int64_t i = 0; i < T * k; ++i) mismatches += ids_got.data<int32_t>()[i] != ids_want.data<int32_t>()[i];
-      EXPECT_EQ(mismatches, 0) << c.name << " T=" << T;
-      double err = rel_l2(gpu.to_host(w), w_want);
-      EXPECT_LE(err, 1e-5) << c.name << " T=" << T;
-      worst = std::max(worst, err);
+      expect_same_routing(route_both(c, T), fmt::format("{} T={}", c.name, T));
     }
   }
 }
@@ -64,24 +86,12 @@ TEST_F(Moe, RouteWithFusedSharedExpertsMatchesTheReference) {
   for (RouteCase c : cases) {
     c.r.num_fused_shared = c.r.top_k == 8 ? 1 : 2;
     for (int64_t T : {1, 5, 133}) {
-      int64_t E = c.r.num_experts, S = c.r.slots();
-      Tensor logits = random_f32({T, E}, seed + T + E, 2.0f);
-      Tensor bias = c.bias ? random_f32({E}, seed + 5, 0.2f) : Tensor();
-      Tensor ids_want = Tensor::empty(DType::I32, {T, S}), w_want = Tensor::empty(DType::F32, {T, S});
-      cpu->moe_route(logits, bias, c.r, ids_want, w_want);
-      Tensor ids = poisoned(gpu, DType::I32, {T, S}), w = poisoned(gpu, DType::F32, {T, S});
-      gpu.moe_route(gpu.to_device(logits), c.bias ? gpu.to_device(bias) : Tensor(), c.r, ids, w);
-      Tensor ids_got = gpu.to_host(ids), w_got = gpu.to_host(w);
-      int64_t mismatches = 0, shared_wrong = 0;
-      for (int64_t i = 0; i < T * S; ++i) {
-        mismatches += ids_got.data<int32_t>()[i] != ids_want.data<int32_t>()[i];
-        if (i % S >= c.r.top_k) shared_wrong += w_got.data<float>()[i] != 1.0f;
-      }
-      EXPECT_EQ(mismatches, 0) << c.name << " T=" << T;
+      RouteOutputs o = route_both(c, T);
+      int64_t S = c.r.slots(), shared_wrong = 0;
+      for (int64_t i = 0; i < T * S; ++i)
+        if (i % S >= c.r.top_k) shared_wrong += o.w_got.data<float>()[i] != 1.0f;
+      expect_same_routing(o, fmt::format("{} T={}", c.name, T));
       EXPECT_EQ(shared_wrong, 0) << c.name << " T=" << T << ": shared slots must weigh exactly 1";
-      double err = rel_l2(w_got, w_want);
-      EXPECT_LE(err, 1e-5) << c.name << " T=" << T;
-      worst = std::max(worst, err);
     }
   }
   // One lane writes each slot: more than 32 are refused, as are outputs without the fused slots.

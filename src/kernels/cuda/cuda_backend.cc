@@ -134,7 +134,7 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, Tensor& out) {
                 out.ndim() == 2 && out.stride(1) == 1,
             "linear out: expected a device BF16 or F32 matrix, got {}", out.defined() ? out.describe() : "nothing");
   if (w.is_fp8_block()) {  // W8A8, as the model's layers run it
-    apply_linear(*this, x, w, out);
+    linear_w8a8(x, w, out);
     return;
   }
   check_dev(w.weight, DType::BF16, 2, "linear weight");

@@ -58,6 +58,7 @@ class CudaBackend final : public Backend {
   bool supports_fp8_w8a8() const override { return true; }
   void quantize_fp8_per_token_group(const Tensor& x, int64_t group, Tensor& q, Tensor& scales) override;
   void linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) override;
+  void linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out) override;
   void silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
   void add(Tensor& x, const Tensor& y) override;
   void rope(Tensor& x, const Tensor& positions, const RopeTable& table) override;
@@ -84,6 +85,10 @@ class CudaBackend final : public Backend {
   void sample(const Tensor& logits, const std::vector<SamplingParams>& params, Tensor& out) override;
 
  private:
+  // cuda_backend_fp8.cc
+  void check_fp8_linear(int64_t T, const LinearWeight& w, const Tensor& out) const;
+  void fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w, Tensor& out);
+
   int device_;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<DeviceAllocator> allocator_;  // every empty(): freed blocks are reused

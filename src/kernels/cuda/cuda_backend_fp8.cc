@@ -37,45 +37,81 @@ void CudaBackend::quantize_fp8_per_token_group(const Tensor& x, int64_t group, T
                                       scales.stride(0), 1, stream_);
 }
 
+namespace {
+
+// cuBLASLt wants the tokens a multiple of 16 (it has no algorithm for T = 1) and the activation
+// scales token-contiguous, [G, Tp].
+int64_t padded_tokens(int64_t T) { return (T + 15) / 16 * 16; }
+
+}  // namespace
+
 void CudaBackend::linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) {
-  MLA_CHECK(w.is_fp8_block() && w.block_n == 128 && w.block_k == 128,
-            "linear_fp8_w8a8: the weight must be FP8 with 128 x 128 block scales");
-  int64_t T = q.defined() ? q.size(0) : 0, K = w.in_features(), N = w.out_features(), G = (K + 127) / 128;
+  int64_t T = q.defined() ? q.size(0) : 0, K = w.in_features(), G = (K + 127) / 128;
+  check_fp8_linear(T, w, out);
   check_matrix(q, DType::F8_E4M3, T, K, "linear_fp8_w8a8 q");
   check_matrix(scales, DType::F32, T, G, "linear_fp8_w8a8 scales");
-  check_matrix(w.weight, DType::F8_E4M3, N, K, "linear_fp8_w8a8 weight");
-  check_matrix(w.scale_inv, DType::F32, (N + 127) / 128, G, "linear_fp8_w8a8 weight scale_inv");
-  MLA_CHECK(out.defined() && out.device() == Device::CUDA && (out.dtype() == DType::BF16 || out.dtype() == DType::F32) &&
-                out.ndim() == 2 && out.stride(1) == 1 && out.size(0) == T && out.size(1) == N,
-            "linear_fp8_w8a8 out: expected a device BF16 or F32 [{}, {}], got {}", T, N,
-            out.defined() ? out.describe() : "nothing");
-  MLA_CHECK(scales.is_contiguous() && w.scale_inv.is_contiguous() && q.stride(0) % 16 == 0 && K % 16 == 0,
+  MLA_CHECK(scales.is_contiguous() && q.stride(0) % 16 == 0,
             "linear_fp8_w8a8: scales must be contiguous and rows 16-byte aligned");
   if (T == 0) return;
-  // cuBLASLt wants the activation scales token-contiguous ([G, T]) and the tokens a multiple of 16
-  // (it has no algorithm for T = 1): the rows are padded with zeros in scratch buffers and the
-  // output's first T rows copied back.
-  const int64_t Tp = (T + 15) / 16 * 16;
+  const int64_t Tp = padded_tokens(T);
   Tensor scales_t = empty(DType::F32, {G, Tp});
   launch_transpose_scales(scales.data<float>(), scales.stride(0), T, G, scales_t.data<float>(), Tp, stream_);
-  Tensor q_pad, out_pad;
-  const void* qp = q.raw();
-  void* op = out.raw();
-  int64_t ldq = q.stride(0), ldo = out.stride(0);
-  if (Tp != T) {
-    q_pad = empty(DType::F8_E4M3, {Tp, K});
-    CUDA_CHECK(cudaMemsetAsync(q_pad.raw(), 0, q_pad.nbytes(), stream_));
-    CUDA_CHECK(cudaMemcpy2DAsync(q_pad.raw(), K, q.raw(), q.stride(0), K, T, cudaMemcpyDeviceToDevice, stream_));
-    out_pad = empty(out.dtype(), {Tp, N});
-    qp = q_pad.raw(), op = out_pad.raw(), ldq = K, ldo = N;
+  if (Tp == T) {
+    fp8_block_gemm(q.raw(), q.stride(0), scales_t, w, out);
+    return;
   }
-  gemm_->fp8_block_nt(qp, ldq, scales_t.data<float>(), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
-                      op, ldo, out.dtype() == DType::F32, Tp, N, K, stream_);
-  if (Tp != T) {
-    const size_t elem = dtype_size(out.dtype());
-    CUDA_CHECK(cudaMemcpy2DAsync(out.raw(), out.stride(0) * elem, out_pad.raw(), N * elem, N * elem, T,
-                                 cudaMemcpyDeviceToDevice, stream_));
+  // Rows T..Tp-1 stay unset: a GEMM's output row reads only its own input row and scale, and those
+  // rows of the result are dropped.
+  Tensor q_pad = empty(DType::F8_E4M3, {Tp, K});
+  CUDA_CHECK(cudaMemcpy2DAsync(q_pad.raw(), K, q.raw(), q.stride(0), K, T, cudaMemcpyDeviceToDevice, stream_));
+  fp8_block_gemm(q_pad.raw(), K, scales_t, w, out);
+}
+
+void CudaBackend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out) {
+  int64_t T = x.defined() ? x.size(0) : 0, K = w.in_features(), G = (K + 127) / 128;
+  check_fp8_linear(T, w, out);
+  check_matrix(x, DType::BF16, T, K, "linear_w8a8 x");
+  if (T == 0) return;
+  // Quantized straight into the GEMM's padded layout; the padding rows stay unset (see above).
+  const int64_t Tp = padded_tokens(T);
+  Tensor q = empty(DType::F8_E4M3, {Tp, K}), scales_t = empty(DType::F32, {G, Tp});
+  launch_quantize_fp8_per_token_group(x.raw(), x.stride(0), T, K, 128, q.raw(), K, scales_t.data<float>(), 1, Tp,
+                                      stream_);
+  fp8_block_gemm(q.raw(), K, scales_t, w, out);
+}
+
+void CudaBackend::check_fp8_linear(int64_t T, const LinearWeight& w, const Tensor& out) const {
+  MLA_CHECK(w.is_fp8_block() && w.block_n == 128 && w.block_k == 128,
+            "FP8 linear: the weight must be FP8 with 128 x 128 block scales");
+  int64_t K = w.in_features(), N = w.out_features();
+  check_matrix(w.weight, DType::F8_E4M3, N, K, "FP8 linear weight");
+  check_matrix(w.scale_inv, DType::F32, (N + 127) / 128, (K + 127) / 128, "FP8 linear weight scale_inv");
+  MLA_CHECK(w.scale_inv.is_contiguous() && K % 16 == 0,
+            "FP8 linear: weight scales must be contiguous and K ({}) a multiple of 16", K);
+  MLA_CHECK(out.defined() && out.device() == Device::CUDA &&
+                (out.dtype() == DType::BF16 || out.dtype() == DType::F32) && out.ndim() == 2 && out.stride(1) == 1 &&
+                out.size(0) == T && out.size(1) == N,
+            "FP8 linear out: expected a device BF16 or F32 [{}, {}], got {}", T, N,
+            out.defined() ? out.describe() : "nothing");
+}
+
+// q [Tp, K] e4m3 (row stride ldq), scales_t [G, Tp]; the first out.size(0) rows of the product go
+// to out, through a scratch [Tp, N] when out has fewer rows.
+void CudaBackend::fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w,
+                                 Tensor& out) {
+  const int64_t T = out.size(0), Tp = scales_t.size(1), N = w.out_features(), K = w.in_features();
+  const bool out_f32 = out.dtype() == DType::F32;
+  if (Tp == T) {
+    gemm_->fp8_block_nt(q, ldq, scales_t.data<float>(), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
+                        out.raw(), out.stride(0), out_f32, Tp, N, K, stream_);
+    return;
   }
+  Tensor out_pad = empty(out.dtype(), {Tp, N});
+  gemm_->fp8_block_nt(q, ldq, scales_t.data<float>(), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
+                      out_pad.raw(), N, out_f32, Tp, N, K, stream_);
+  const size_t elem = dtype_size(out.dtype());
+  CUDA_CHECK(cudaMemcpy2DAsync(out.raw(), out.stride(0) * elem, out_pad.raw(), N * elem, N * elem, T,
+                               cudaMemcpyDeviceToDevice, stream_));
 }
 
 }  // namespace mlaserve::cuda

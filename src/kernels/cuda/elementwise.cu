@@ -359,7 +359,6 @@ void launch_embedding(const int32_t* ids, int64_t T, const void* table, bool tab
   else
     launch_pdl(embedding_kernel<bf16>, T, threads_for(H), 0, s, ids, static_cast<const bf16*>(table), table_ld, H, ob,
                out_ld);
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_rmsnorm(const void* x, int64_t x_ld, void* residual, int64_t res_ld, const void* w, bool w_f32, float eps,
@@ -381,7 +380,6 @@ void launch_rmsnorm(const void* x, int64_t x_ld, void* residual, int64_t res_ld,
   else
     launch_pdl(rmsnorm_kernel<bf16>, T, kThreads, 0, s, xb, x_ld, rb, res_ld, static_cast<const bf16*>(w), eps, D, ob,
                out_ld);
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_silu_and_mul(const void* gate, int64_t g_ld, const void* up, int64_t u_ld, void* out, int64_t o_ld,
@@ -390,12 +388,10 @@ void launch_silu_and_mul(const void* gate, int64_t g_ld, const void* up, int64_t
   if (vec_ok(gate, g_ld, I) && vec_ok(up, u_ld, I) && vec_ok(out, o_ld, I)) {
     launch_pdl(silu_and_mul_vec_kernel, ew_grid(T, I / kVec), kEwThreads, 0, s, static_cast<const bf16*>(gate), g_ld,
                static_cast<const bf16*>(up), u_ld, static_cast<bf16*>(out), o_ld, T, int(I / kVec));
-    CUDA_CHECK_LAUNCH();
     return;
   }
   launch_pdl(silu_and_mul_kernel, T, threads_for(I), 0, s, static_cast<const bf16*>(gate), g_ld,
              static_cast<const bf16*>(up), u_ld, static_cast<bf16*>(out), o_ld, I);
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_add(void* x, int64_t x_ld, const void* y, int64_t y_ld, int64_t T, int64_t D, cudaStream_t s) {
@@ -403,11 +399,9 @@ void launch_add(void* x, int64_t x_ld, const void* y, int64_t y_ld, int64_t T, i
   if (vec_ok(x, x_ld, D) && vec_ok(y, y_ld, D)) {
     launch_pdl(add_vec_kernel, ew_grid(T, D / kVec), kEwThreads, 0, s, static_cast<bf16*>(x), x_ld,
                static_cast<const bf16*>(y), y_ld, T, int(D / kVec));
-    CUDA_CHECK_LAUNCH();
     return;
   }
   launch_pdl(add_kernel, T, threads_for(D), 0, s, static_cast<bf16*>(x), x_ld, static_cast<const bf16*>(y), y_ld, D);
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_rope(void* x, int64_t st, int64_t sh, int64_t T, int64_t heads, int64_t half, const int32_t* positions,
@@ -415,7 +409,6 @@ void launch_rope(void* x, int64_t st, int64_t sh, int64_t T, int64_t heads, int6
   if (T == 0) return;
   launch_pdl(rope_kernel, T, threads_for(heads * half), 0, s, static_cast<bf16*>(x), st, sh, heads, half, positions,
              inv_freq, mscale);
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_kv_store(const void* latent, int64_t ld, const int32_t* slots, int64_t T, int64_t D, void* cache,
@@ -424,12 +417,10 @@ void launch_kv_store(const void* latent, int64_t ld, const int32_t* slots, int64
   if (vec_ok(latent, ld, D) && vec_ok(cache, D, D)) {
     launch_pdl(copy_rows_vec_kernel, row_blocks(T), 32 * kRowsPerBlock, 0, s, static_cast<const bf16*>(latent), ld,
                nullptr, static_cast<bf16*>(cache), D, slots, T, int(D / kVec));
-    CUDA_CHECK_LAUNCH();
     return;
   }
   launch_pdl(copy_rows_kernel, T, threads_for(D), 0, s, static_cast<const bf16*>(latent), ld, nullptr,
              static_cast<bf16*>(cache), D, slots, D);
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_kv_gather(const void* cache, const int32_t* indices, int64_t S, int64_t D, void* out, int64_t ld,
@@ -438,12 +429,10 @@ void launch_kv_gather(const void* cache, const int32_t* indices, int64_t S, int6
   if (vec_ok(cache, D, D) && vec_ok(out, ld, D)) {
     launch_pdl(copy_rows_vec_kernel, row_blocks(S), 32 * kRowsPerBlock, 0, s, static_cast<const bf16*>(cache), D,
                indices, static_cast<bf16*>(out), ld, nullptr, S, int(D / kVec));
-    CUDA_CHECK_LAUNCH();
     return;
   }
   launch_pdl(copy_rows_kernel, S, threads_for(D), 0, s, static_cast<const bf16*>(cache), D, indices,
              static_cast<bf16*>(out), ld, nullptr, D);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mlaserve::cuda

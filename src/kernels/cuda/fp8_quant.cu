@@ -51,7 +51,6 @@ void launch_transpose_scales(const float* scales, int64_t lds, int64_t T, int64_
   const int64_t n = G * ld_out;
   if (n == 0) return;
   launch_pdl(transpose_scales_kernel, unsigned((n + 255) / 256), 256, 0, stream, scales, lds, T, G, out, ld_out);
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_quantize_fp8_per_token_group(const void* x, int64_t ldx, int64_t T, int64_t K, int64_t group, void* q,
@@ -62,7 +61,6 @@ void launch_quantize_fp8_per_token_group(const void* x, int64_t ldx, int64_t T, 
   launch_pdl(quantize_kernel, unsigned((items + kWarps - 1) / kWarps), kWarps * 32, 0, stream,
              static_cast<const __nv_bfloat16*>(x), ldx, T, K, group, static_cast<uint8_t*>(q), ldq, scales, scale_t,
              scale_g);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mlaserve::cuda

@@ -62,7 +62,6 @@ void launch_copy_q_pe(const MlaAbsorbQParams& p, cudaStream_t stream) {
                static_cast<const __nv_bfloat16*>(p.q_pe), p.pe_st0, p.pe_st1, dst, p.ql_st0, p.ql_st1, p.H, int(p.rope),
                total);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 namespace {

@@ -373,7 +373,6 @@ void run_mma_sync(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStre
     configured = true;
   }
   launch_pdl(mla_decode_kernel<MT>, s.num_ctas, kThreads, smem, stream, p, s);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -383,7 +382,6 @@ void mla::launch_mla_decode_combine(const MlaDecodeParams& p, const MlaDecodeSch
     launch_pdl(mla_decode_combine_kernel<4>, dim3(s.max_jobs, 64), kCombineThreads, 0, stream, p, s);
   else
     launch_pdl(mla_decode_combine_kernel<1>, dim3(s.max_jobs, 16), kCombineThreads, 0, stream, p, s);
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {

@@ -368,7 +368,6 @@ void launch_mla_decode_plan(const MlaDecodeParams& p, const MlaDecodeSchedule& s
   // Blocks to share the stores of a small batch's jobs: one for every few hundred jobs.
   const int blocks = std::clamp(s.max_jobs / 256 + 1, 1, 8);
   launch_pdl(mla_decode_plan_kernel, blocks, kPlanThreads, 0, stream, p, s);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mlaserve::cuda

@@ -288,7 +288,6 @@ void mla::launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaDecodeSched
     configured = true;
   }
   launch_pdl(mla_decode_wgmma_kernel, s.num_ctas, kThreads, Smem::bytes, stream, p, s);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mlaserve::cuda

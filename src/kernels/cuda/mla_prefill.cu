@@ -285,7 +285,6 @@ void launch_config(const MlaPrefillParams& p, cudaStream_t stream) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::kSmem)));
   dim3 grid((p.max_queries + Cfg::kBM - 1) / Cfg::kBM, p.num_heads, p.num_seqs);
   launch_pdl(kernel, grid, Cfg::kThreads, Cfg::kSmem, stream, p);
-  CUDA_CHECK_LAUNCH();
 }
 
 struct Config {

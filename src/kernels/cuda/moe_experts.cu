@@ -325,7 +325,6 @@ void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s) {
   if (p.num_tokens == 0) return;
   launch_pdl(variant_for(p, gate_up_kernel<1>, gate_up_kernel<2>, gate_up_kernel<4>, gate_up_kernel<kMaxTok>),
              decode_grid(p, p.inter), kThreads, 0, s, p);
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s) {
@@ -333,14 +332,12 @@ void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s) {
   if (p.num_tokens == 0) return;
   launch_pdl(variant_for(p, down_kernel<1>, down_kernel<2>, down_kernel<4>, down_kernel<kMaxTok>),
              decode_grid(p, p.hidden), kThreads, 0, s, p);
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_align(const int32_t* ids, int32_t num_pairs, int32_t num_experts, int32_t* offsets,
                       int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s) {
   MLA_CHECK(num_experts <= kMaxExperts, "moe align: {} experts, at most {}", num_experts, kMaxExperts);
   launch_pdl(align_kernel, 1, kAlignThreads, 0, s, ids, num_pairs, num_experts, offsets, sorted_pairs, pair_pos);
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_gather(const void* x, int64_t x_ld, const int32_t* sorted_pairs, int32_t num_pairs, int32_t top_k,
@@ -354,7 +351,6 @@ void launch_moe_gather(const void* x, int64_t x_ld, const int32_t* sorted_pairs,
     launch_pdl(gather_kernel<true>, num_pairs, 256, 0, s, xb, x_ld, sorted_pairs, routed, top_k, hidden, ob);
   else
     launch_pdl(gather_kernel<false>, num_pairs, 256, 0, s, xb, x_ld, sorted_pairs, routed, top_k, hidden, ob);
-  CUDA_CHECK_LAUNCH();
 }
 
 void launch_moe_combine(const void* y, bool y_f32, const int32_t* pair_pos, const float* weights, int64_t w_ld,
@@ -368,7 +364,6 @@ void launch_moe_combine(const void* y, bool y_f32, const int32_t* pair_pos, cons
   else
     launch_pdl(combine_kernel<bf16>, grid, threads, 0, s, static_cast<const bf16*>(y), pair_pos, weights, w_ld, top_k,
                hidden, static_cast<bf16*>(out), out_ld);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mlaserve::cuda

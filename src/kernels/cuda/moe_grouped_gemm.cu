@@ -201,7 +201,6 @@ void launch_tiles(const MoeGroupedGemmParams& p, cudaStream_t stream) {
   int64_t row_tiles = (int64_t(p.max_rows) + kBM - 1) / kBM + std::min<int64_t>(p.num_experts, p.max_rows);
   dim3 grid(unsigned((p.N + kBN - 1) / kBN), unsigned(row_tiles));
   launch_pdl(moe_grouped_gemm_kernel<kBM>, grid, kThreads, Tile<kBM>::smem_bytes, stream, p);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

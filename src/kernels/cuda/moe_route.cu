@@ -171,7 +171,6 @@ void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return;
   int blocks = (p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
   launch_pdl(moe_route_kernel, blocks, kWarpsPerBlock * 32, 0, stream, p);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mlaserve::cuda
