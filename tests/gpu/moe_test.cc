@@ -128,8 +128,11 @@ struct ExpertsCase {
 
 TEST_F(Moe, ExpertsMatchTheReference) {
   // V2-Lite dims with 16 experts (the host reference stays quick), then many small experts.
+  // Past 48 rows an expert the grouped GEMM takes wide wgmma tiles with silu-and-mul fused (200
+  // tokens of 16 experts, 600 of 64, the ragged K and N of the 8-expert case).
   std::vector<ExpertsCase> cases = {{16, 6, 2048, 1408, {1, 5, 16, 200}},
-                                    {64, 6, 256, 128, {3, 64, 300}},
+                                    {64, 6, 256, 128, {3, 64, 300, 600}},
+                                    {8, 2, 200, 320, {700}},
                                     {256, 8, 128, 64, {2, 37, 500}},
                                     // V3's routed experts and its shared one fused in (8 + 1 slots)
                                     {257, 9, 128, 64, {2, 37, 500}}};

@@ -91,26 +91,34 @@ bool MoeRunner::run_grouped(const void* const* dptr, int32_t E, const void* x, i
                             cudaStream_t stream) {
   const int32_t P = T * k;
   auto xs = static_cast<char*>(st_->xs.ensure(size_t(P) * H * 2));
-  auto gu = static_cast<char*>(st_->gu.ensure(size_t(P) * 2 * I * 2));
   auto act = static_cast<char*>(st_->act.ensure(size_t(P) * I * 2));
   auto y = static_cast<char*>(st_->y.ensure(size_t(P) * H * 2));
-  // gate | up as one [2I, H] product when I is whole column tiles, else one launch each.
-  MoeGroupedGemmParams gate{xs, offsets, dptr, dptr + E, gu, 2 * int64_t(I), P, E, 2 * I, H, I};
-  MoeGroupedGemmParams up = gate;
-  if (!moe_grouped_gemm_fits(gate)) {
-    gate.w_hi = nullptr;
-    gate.N = gate.n_split = I;
-    up.w = dptr + E;
-    up.w_hi = nullptr;
-    up.c = gu + size_t(I) * 2;
-    up.N = up.n_split = I;
-  }
   MoeGroupedGemmParams down{act, offsets, dptr + 2 * E, nullptr, y, H, P, E, H, I, H};
-  if (!moe_grouped_gemm_fits(gate) || !moe_grouped_gemm_fits(down)) return false;
-  launch_moe_gather(x, x_ld, sorted, P, k, H, xs, stream, offsets + E);
-  launch_moe_grouped_gemm(gate, stream);
-  if (gate.w_hi == nullptr) launch_moe_grouped_gemm(up, stream);
-  launch_silu_and_mul(gu, 2 * I, gu + size_t(I) * 2, 2 * I, act, I, P, I, stream);
+  if (moe_grouped_gemm_wide(P, E)) {
+    // Wide tiles hold gate and up of the same columns: silu-and-mul is their epilogue.
+    MoeGroupedGemmParams gate_up{xs, offsets, dptr, dptr + E, act, I, P, E, I, H, 0, true};
+    if (!moe_grouped_gemm_fits(gate_up) || !moe_grouped_gemm_fits(down)) return false;
+    launch_moe_gather(x, x_ld, sorted, P, k, H, xs, stream, offsets + E);
+    launch_moe_grouped_gemm(gate_up, stream);
+  } else {
+    auto gu = static_cast<char*>(st_->gu.ensure(size_t(P) * 2 * I * 2));
+    // gate | up as one [2I, H] product when I is whole column tiles, else one launch each.
+    MoeGroupedGemmParams gate{xs, offsets, dptr, dptr + E, gu, 2 * int64_t(I), P, E, 2 * I, H, I};
+    MoeGroupedGemmParams up = gate;
+    if (!moe_grouped_gemm_fits(gate)) {
+      gate.w_hi = nullptr;
+      gate.N = gate.n_split = I;
+      up.w = dptr + E;
+      up.w_hi = nullptr;
+      up.c = gu + size_t(I) * 2;
+      up.N = up.n_split = I;
+    }
+    if (!moe_grouped_gemm_fits(gate) || !moe_grouped_gemm_fits(down)) return false;
+    launch_moe_gather(x, x_ld, sorted, P, k, H, xs, stream, offsets + E);
+    launch_moe_grouped_gemm(gate, stream);
+    if (gate.w_hi == nullptr) launch_moe_grouped_gemm(up, stream);
+    launch_silu_and_mul(gu, 2 * I, gu + size_t(I) * 2, 2 * I, act, I, P, I, stream);
+  }
   launch_moe_grouped_gemm(down, stream);
   launch_moe_combine(y, false, pos, weights, w_ld, T, k, H, out, out_ld, stream);
   return true;
@@ -147,7 +155,7 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
   auto sorted = static_cast<int32_t*>(st_->sorted.ensure(size_t(P) * 4));
   auto pos = static_cast<int32_t*>(st_->pos.ensure(size_t(P) * 4));
   launch_moe_align(ids, P, E, offsets, sorted, pos, stream);
-  if (grouped_gemm && run_grouped(dptr, E, x, x_ld, weights, w_ld, T, k, H, I, offsets, sorted, pos, out, out_ld,
+  if (grouped_gemm && tb.aligned && run_grouped(dptr, E, x, x_ld, weights, w_ld, T, k, H, I, offsets, sorted, pos, out, out_ld,
                                   stream))
     return;
   // Per-expert GEMMs: the host needs the counts to size them, which a CUDA graph cannot wait for

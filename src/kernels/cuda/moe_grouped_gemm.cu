@@ -1,21 +1,21 @@
-// Grouped expert GEMM (moe_grouped_gemm.h) on mma.sync m16n8k16, BF16 in, fp32 accumulation.
+// Grouped expert GEMM (moe_grouped_gemm.h) on mma.sync m16n8k16 for experts with few rows, BF16 in,
+// fp32 accumulation.
 //
-// Tiles: a block computes kBM rows x 128 columns of one expert, K in steps of 64 through a 3-stage
-// cp.async ring. kBM = 128 (8 warps as 2 x 4 of 64 x 32) when experts get many rows (prefill);
-// kBM = 32 (8 warps as 1 x 8 of 32 x 16) when they get few (decode batches): a 128-row tile of an
-// expert with a handful of rows would spend its time multiplying zero rows. Shared tiles are row-major
-// 128-byte rows with 16-byte chunks XOR-swizzled by (row & 7), so every ldmatrix phase touches 8
-// distinct bank groups.
+// Tiles: a block computes 32 rows x 128 columns of one expert (8 warps as 1 x 8 of 32 x 16), K in
+// steps of 64 through a 3-stage cp.async ring in the swizzled layout of moe_grouped_tiles.cuh. A
+// bigger tile of an expert with a handful of rows would spend its time multiplying zero rows.
 //
-// Schedule: grid.y enumerates row tiles over all experts in order; an expert of n rows owns
-// ceil(n / kBM) of them. The grid is sized from an upper bound (max_rows / kBM + experts), and
-// each block finds its expert by a prefix sum of the tile counts in shared memory; blocks past the
-// last tile exit at once. Rows of a tile past its expert's end are zero-filled and not stored.
+// Schedule (both kernels): grid.y enumerates row tiles over all experts in order; an expert of n
+// rows owns ceil(n / rows a tile) of them. The grid is sized from an upper bound (max_rows / rows
+// + experts), and each block finds its expert by a prefix sum of the tile counts in shared memory;
+// blocks past the last tile exit at once. Rows of a tile past its expert's end are zero-filled
+// and not stored.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/moe_grouped_gemm.h"
+#include "kernels/cuda/moe_grouped_tiles.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
@@ -25,7 +25,10 @@ namespace {
 using bf16 = __nv_bfloat16;
 using namespace mma;
 
-constexpr int kBN = 128, kBK = 64, kStages = 3;
+using moe_tiles::kBK;
+using moe_tiles::swz;
+
+constexpr int kBN = 128, kStages = 3;
 constexpr int kWarps = 8, kThreads = kWarps * 32;
 
 // The warp layout of a kBM-row tile.
@@ -39,65 +42,14 @@ struct Tile {
   static_assert(kBM % 32 == 0 && mi >= 1 && ni % 2 == 0, "tile shape");
 };
 
-// Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows, 64] tile.
-__device__ __forceinline__ int swz(int row, int chunk) { return row * kBK + ((chunk ^ (row & 7)) << 3); }
-
-// The expert and first row of row tile `tile`, from the tile counts' prefix sum: thread t holds
-// experts 2t and 2t + 1 (kThreads * 2 >= kMoeGroupedMaxExperts), a warp-shuffle scan per warp,
-// then the warp totals.
+// Three blocks an SM (the shared memory of three rings).
 template <int kBM>
-__device__ bool find_tile(const int32_t* offsets, int E, int tile, int& expert, int& row0, int& row_end) {
-  static_assert(2 * kThreads >= kMoeGroupedMaxExperts, "two experts a thread");
-  __shared__ int s_warp[kWarps];
-  __shared__ int s_hit[3];
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  if (tid == 0) s_hit[0] = -1;
-  int begin[2] = {0, 0}, end[2] = {0, 0}, n_tiles[2] = {0, 0};
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    int e = 2 * tid + j;
-    if (e < E) {
-      begin[j] = offsets[e];
-      end[j] = offsets[e + 1];
-      n_tiles[j] = (end[j] - begin[j] + kBM - 1) / kBM;
-    }
-  }
-  int mine = n_tiles[0] + n_tiles[1], incl = mine;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
-  if (lane == 31) s_warp[warp] = incl;
-  __syncthreads();
-  int before = 0;
-  for (int w = 0; w < warp; ++w) before += s_warp[w];
-  int first = before + incl - mine;  // the first tile of expert 2 tid
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    if (2 * tid + j < E && tile >= first && tile < first + n_tiles[j]) {
-      s_hit[0] = 2 * tid + j;
-      s_hit[1] = begin[j] + (tile - first) * kBM;
-      s_hit[2] = end[j];
-    }
-    first += n_tiles[j];
-  }
-  __syncthreads();
-  expert = s_hit[0];
-  row0 = s_hit[1];
-  row_end = s_hit[2];
-  return expert >= 0;
-}
-
-// 128 rows: two blocks an SM, ptxas fits the 64 accumulators and fragments in 128 registers
-// without spills; 32 rows: three (the shared memory of three rings).
-template <int kBM>
-__global__ void __launch_bounds__(kThreads, kBM == 128 ? 2 : 3) moe_grouped_gemm_kernel(MoeGroupedGemmParams p) {
+__global__ void __launch_bounds__(kThreads, 3) moe_grouped_gemm_kernel(MoeGroupedGemmParams p) {
   pdl_wait_and_trigger();
   using T = Tile<kBM>;
   extern __shared__ __align__(128) uint8_t smem[];
   int expert, row0, row_end;
-  if (!find_tile<kBM>(p.offsets, p.num_experts, int(blockIdx.y), expert, row0, row_end)) return;
+  if (!moe_tiles::find_tile<kBM, kThreads>(p.offsets, p.num_experts, int(blockIdx.y), expert, row0, row_end)) return;
   const int n0 = int(blockIdx.x) * kBN;
   const bool hi = p.w_hi != nullptr && n0 >= p.n_split;
   const bf16* w = static_cast<const bf16*>(hi ? p.w_hi[expert] : p.w[expert]);
@@ -197,29 +149,31 @@ void launch_tiles(const MoeGroupedGemmParams& p, cudaStream_t stream) {
                                     int(Tile<kBM>::smem_bytes)));
     configured = true;
   }
-  // Row tiles: at most max_rows / kBM full ones plus one partial per expert.
-  int64_t row_tiles = (int64_t(p.max_rows) + kBM - 1) / kBM + std::min<int64_t>(p.num_experts, p.max_rows);
-  dim3 grid(unsigned((p.N + kBN - 1) / kBN), unsigned(row_tiles));
+  dim3 grid(unsigned((p.N + kBN - 1) / kBN), unsigned(moe_tiles::max_row_tiles(p.max_rows, p.num_experts, kBM)));
   launch_pdl(moe_grouped_gemm_kernel<kBM>, grid, kThreads, Tile<kBM>::smem_bytes, stream, p);
 }
 
 }  // namespace
 
+bool moe_grouped_gemm_wide(int32_t max_rows, int32_t num_experts) { return max_rows >= 48 * num_experts; }
+
 bool moe_grouped_gemm_fits(const MoeGroupedGemmParams& p) {
   auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  return p.K % 8 == 0 && p.ldc % 2 == 0 && p.num_experts > 0 && p.num_experts <= kMoeGroupedMaxExperts && aligned(p.a) &&
-         reinterpret_cast<uintptr_t>(p.c) % 4 == 0 && (p.w_hi == nullptr || p.n_split % kBN == 0);
+  bool narrow_ok = !moe_grouped_gemm_wide(p.max_rows, p.num_experts)
+                       ? !p.silu_and_mul && (p.w_hi == nullptr || p.n_split % kBN == 0)
+                       : (p.w_hi != nullptr) == p.silu_and_mul;
+  return p.K % 8 == 0 && p.ldc % 2 == 0 && p.num_experts > 0 && p.num_experts <= kMoeGroupedMaxExperts &&
+         aligned(p.a) && reinterpret_cast<uintptr_t>(p.c) % 4 == 0 && narrow_ok;
 }
 
 void launch_moe_grouped_gemm(const MoeGroupedGemmParams& p, cudaStream_t stream) {
-  MLA_CHECK(moe_grouped_gemm_fits(p), "moe grouped GEMM: K={} ldc={} E={} n_split={} outside its limits", p.K,
-            p.ldc, p.num_experts, p.n_split);
+  MLA_CHECK(moe_grouped_gemm_fits(p), "moe grouped GEMM: K={} ldc={} E={} n_split={} silu_and_mul={} outside its limits",
+            p.K, p.ldc, p.num_experts, p.n_split, p.silu_and_mul);
   if (p.max_rows <= 0 || p.N <= 0) return;
-  // 32-row tiles while experts average fewer than 48 rows (the row counts are only on the device).
-  if (p.max_rows < 48 * p.num_experts)
-    launch_tiles<32>(p, stream);
+  if (moe_grouped_gemm_wide(p.max_rows, p.num_experts))
+    launch_moe_grouped_gemm_wgmma(p, stream);
   else
-    launch_tiles<128>(p, stream);
+    launch_tiles<32>(p, stream);
 }
 
 }  // namespace mlaserve::cuda

@@ -6,6 +6,14 @@
 // where a holds the (token, expert) pairs' activations sorted by expert (launch_moe_align and
 // launch_moe_gather). W_e comes from `w` or, for the columns n >= n_split, from `w_hi` at row
 // n - n_split: gate and up of one expert then run as one [2I, K] product into [gate | up].
+// With silu_and_mul, W_e is gate (`w`) and up (`w_hi`) side by side and
+//
+//   c[r, n] = silu(a[r, :] · gate_e[n, :]) * (a[r, :] · up_e[n, :])   for n < N,
+//
+// both products rounded to BF16 first, as silu_and_mul would see them.
+//
+// Two kernels: 32-row tiles on mma.sync (moe_grouped_gemm.cu) while experts average few rows
+// (decode batches), 128-row tiles on wgmma (moe_grouped_gemm_wgmma.cu) past that.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,12 +31,18 @@ struct MoeGroupedGemmParams {
   int64_t ldc;
   int32_t max_rows;        // an upper bound of offsets[E] (sizes the grid)
   int32_t num_experts, N, K, n_split;
+  bool silu_and_mul = false;  // wide tiles only
 };
 
-// Whether the kernel takes the shapes: K % 8 == 0, ldc even, n_split a multiple of the 128-column
-// tile when w_hi is used, at most kMoeGroupedMaxExperts experts.
 constexpr int kMoeGroupedMaxExperts = 512;
+// Whether a launch with these bounds takes the wide (wgmma) tiles: experts average 48 rows or more
+// (the row counts themselves are only on the device).
+bool moe_grouped_gemm_wide(int32_t max_rows, int32_t num_experts);
+// Whether the kernels take the shapes: K % 8 == 0, ldc even, at most kMoeGroupedMaxExperts experts;
+// on narrow tiles also n_split a multiple of 128 when w_hi is used, and no silu_and_mul; on wide
+// tiles w_hi only with silu_and_mul.
 bool moe_grouped_gemm_fits(const MoeGroupedGemmParams& p);
 void launch_moe_grouped_gemm(const MoeGroupedGemmParams& p, cudaStream_t stream);
+void launch_moe_grouped_gemm_wgmma(const MoeGroupedGemmParams& p, cudaStream_t stream);  // wide tiles
 
 }  // namespace mlaserve::cuda
