@@ -1,7 +1,8 @@
 // CUDA moe_route and moe_experts against the CPU reference: the three routing methods at V2-Lite,
-// V2 and V3 sizes (ids must match exactly), also with fused shared-expert slots, and the experts
-// over both paths (decode kernels at few tokens, sorted per-expert GEMMs at many) at V2-Lite dims
-// and with 64 and 256 experts.
+// V2 and V3 sizes (ids must match exactly), also with fused shared-expert slots; the device sort of
+// the pairs by expert against a host one; and the experts over every path (decode kernels at few
+// tokens; sorted pairs through the grouped GEMM's narrow and wide tiles or per-expert GEMMs) at
+// V2-Lite dims and with 8 to 257 experts.
 #include "gpu_test_util.h"
 
 #include <fmt/format.h>
@@ -105,6 +106,39 @@ TEST_F(Moe, RouteWithFusedSharedExpertsMatchesTheReference) {
   EXPECT_THROW(gpu.moe_route(logits, Tensor(), wide, short_ids, short_w), Error);
 }
 
+// The device counting sort against a stable sort on the host: offsets, the pair at each position
+// (in pair order within an expert), each pair's position; ids outside [0, E) are left out (-1).
+TEST_F(Moe, AlignSortsPairsStablyByExpert) {
+  for (int32_t E : {1, 8, 64, 257, 512})
+    for (int32_t P : {1, 37, 5000, 24576}) {
+      Tensor ids = Tensor::empty(DType::I32, {P});
+      for (int32_t i = 0; i < P; ++i) {
+        uint64_t h = hash64(seed + uint64_t(E) * 7 + uint64_t(P), uint64_t(i));
+        ids.data<int32_t>()[i] = h % 50 == 0 ? (h % 100 == 0 ? -1 : E) : int32_t((h >> 8) % uint64_t(E));
+      }
+      std::vector<int32_t> want_off(size_t(E) + 1, 0), want_sorted, want_pos(size_t(P), -1);
+      for (int32_t e = 0; e < E; ++e) {
+        want_off[size_t(e)] = int32_t(want_sorted.size());
+        for (int32_t i = 0; i < P; ++i)
+          if (ids.data<int32_t>()[i] == e) {
+            want_pos[size_t(i)] = int32_t(want_sorted.size());
+            want_sorted.push_back(i);
+          }
+      }
+      want_off[size_t(E)] = int32_t(want_sorted.size());
+      Tensor ids_d = gpu.to_device(ids), off = poisoned(gpu, DType::I32, {E + 1});
+      Tensor sorted = poisoned(gpu, DType::I32, {P}), pos = poisoned(gpu, DType::I32, {P});
+      cuda::launch_moe_align(ids_d.data<int32_t>(), P, E, off.data<int32_t>(), sorted.data<int32_t>(),
+                             pos.data<int32_t>(), gpu.stream());
+      Tensor off_h = gpu.to_host(off), sorted_h = gpu.to_host(sorted), pos_h = gpu.to_host(pos);
+      int64_t wrong = 0;
+      for (int32_t e = 0; e <= E; ++e) wrong += off_h.data<int32_t>()[e] != want_off[size_t(e)];
+      for (size_t i = 0; i < want_sorted.size(); ++i) wrong += sorted_h.data<int32_t>()[i] != want_sorted[i];
+      for (int32_t i = 0; i < P; ++i) wrong += pos_h.data<int32_t>()[i] != want_pos[size_t(i)];
+      EXPECT_EQ(wrong, 0) << "E=" << E << " P=" << P;
+    }
+}
+
 // Random routing: k distinct experts per token, positive weights.
 void random_routing(int64_t T, int64_t k, int64_t E, uint64_t seed, Tensor& ids, Tensor& weights) {
   ids = Tensor::empty(DType::I32, {T, k});
@@ -154,8 +188,9 @@ TEST_F(Moe, ExpertsMatchTheReference) {
     }
     for (int64_t T : c.tokens)
       for (bool strided : {false, true}) {
-        // strided: x is the first H columns of wider rows, as a narrow() view
-        int64_t width = strided ? c.H + 64 : c.H;
+        // strided: x is the first H columns of wider rows, as a narrow() view; in the 8-expert case
+        // rows of H + 4 (not 16-byte aligned), which the grouped GEMM cannot read in place.
+        int64_t width = strided ? c.H + (c.E == 8 ? 4 : 64) : c.H;
         Tensor xw = random_f32({T, width}, seed + T + width);
         Tensor ids, w;
         random_routing(T, c.k, c.E, seed + 7 * T, ids, w);

@@ -96,10 +96,15 @@ bool MoeRunner::run_grouped(const void* const* dptr, int32_t E, const void* x, i
   MoeGroupedGemmParams down{act, offsets, dptr + 2 * E, nullptr, y, H, P, E, H, I, H};
   if (moe_grouped_gemm_wide(P, E)) {
     // Wide tiles hold gate and up of the same columns: silu-and-mul is their epilogue.
-    MoeGroupedGemmParams gate_up{xs, offsets, dptr, dptr + E, act, I, P, E, I, H, 0, true};
-    if (!moe_grouped_gemm_fits(gate_up) || !moe_grouped_gemm_fits(down)) return false;
-    launch_moe_gather(x, x_ld, sorted, P, k, H, xs, stream, offsets + E);
-    launch_moe_grouped_gemm(gate_up, stream);
+    MoeGroupedGemmParams gate_up{x, offsets, dptr, dptr + E, act, I, P, E, I, H, 0, true, sorted, k, x_ld};
+    if (moe_grouped_gemm_fits(gate_up) && moe_grouped_gemm_fits(down)) {  // tokens read in place
+      launch_moe_grouped_gemm(gate_up, stream);
+    } else {
+      gate_up.a = xs, gate_up.a_rows = nullptr, gate_up.a_rows_div = 1, gate_up.lda = H;
+      if (!moe_grouped_gemm_fits(gate_up) || !moe_grouped_gemm_fits(down)) return false;
+      launch_moe_gather(x, x_ld, sorted, P, k, H, xs, stream, offsets + E);
+      launch_moe_grouped_gemm(gate_up, stream);
+    }
   } else {
     auto gu = static_cast<char*>(st_->gu.ensure(size_t(P) * 2 * I * 2));
     // gate | up as one [2I, H] product when I is whole column tiles, else one launch each.

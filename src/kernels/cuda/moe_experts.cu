@@ -208,60 +208,70 @@ __global__ void __launch_bounds__(kThreads) down_kernel(MoeDecodeParams p) {
   }
 }
 
-// Stable counting sort of the pairs by expert, in one block: counts, offsets, then tiles of
-// blockDim pairs where each pair's rank among equal experts comes from __match_any_sync within
-// its warp plus the counts of the earlier warps and tiles.
-constexpr int kAlignThreads = 512;  // per-warp counts of every expert: 32 KB of shared memory
+// Stable counting sort of the pairs by expert, in one block. Warp w owns a contiguous run of the
+// pairs: it counts its experts (__match_any_sync groups a step's equal experts), one scan over
+// (expert, warp) turns the counts into each warp's first position per expert, then each warp walks
+// its run again in order, placing every pair after the earlier ones of its expert.
+constexpr int kAlignThreads = 512, kAlignWarps = kAlignThreads / 32;  // counts: 32 KB of shared memory
+static_assert(kAlignThreads >= kMaxExperts, "one expert a thread in the scan");
 __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids, int P, int E, int32_t* offsets,
                                                               int32_t* sorted, int32_t* pos) {
   pdl_wait_and_trigger();
-  __shared__ int32_t s_base[kMaxExperts];
-  __shared__ int32_t s_wc[kAlignThreads / 32][kMaxExperts];
+  __shared__ int32_t s_wc[kAlignWarps][kMaxExperts];
+  __shared__ int32_t s_warp_total[kAlignWarps];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  for (int e = tid; e < E; e += blockDim.x) s_base[e] = 0;
+  for (int i = tid; i < kAlignWarps * kMaxExperts; i += kAlignThreads) (&s_wc[0][0])[i] = 0;
   __syncthreads();
-  for (int p = tid; p < P; p += blockDim.x) {
-    int e = ids[p];
-    if (e >= 0 && e < E) atomicAdd(&s_base[e], 1);
-  }
-  __syncthreads();
-  if (tid == 0) {
-    int run = 0;
-    for (int e = 0; e < E; ++e) {
-      int c = s_base[e];
-      s_base[e] = run;
-      offsets[e] = run;
-      run += c;
-    }
-    offsets[E] = run;
-  }
-  __syncthreads();
-  for (int start = 0; start < P; start += blockDim.x) {
-    for (int i = tid; i < (kAlignThreads / 32) * kMaxExperts; i += blockDim.x) (&s_wc[0][0])[i] = 0;
-    __syncthreads();
-    int p = start + tid;
-    int e = p < P ? ids[p] : -1;
+  const int run = (P + kAlignThreads - 1) / kAlignThreads * 32;  // pairs a warp, whole steps of 32
+  const int begin = min(P, warp * run), end = min(P, begin + run);
+  for (int p0 = begin; p0 < end; p0 += 32) {
+    int p = p0 + lane, e = p < end ? ids[p] : -1;
     bool valid = e >= 0 && e < E;
     unsigned peers = __match_any_sync(kFull, valid ? e : -1);
-    int lower = __popc(peers & ((1u << lane) - 1));
-    if (valid && lower == 0) s_wc[warp][e] = __popc(peers);
-    __syncthreads();
-    for (int x = tid; x < E; x += blockDim.x) {
-      int s = s_base[x];
-      for (int w = 0; w < kAlignThreads / 32; ++w) {
-        int c = s_wc[w][x];
-        s_wc[w][x] = s;
-        s += c;
-      }
-      s_base[x] = s;
+    if (valid && __popc(peers & ((1u << lane) - 1)) == 0) s_wc[warp][e] += __popc(peers);
+    __syncwarp();
+  }
+  __syncthreads();
+  // Thread e: expert e's total, the exclusive scan of the totals over experts (shuffles within a
+  // warp, then the warp totals), and the warps' first positions.
+  const int e = tid;
+  int total = 0;
+  if (e < E)
+    for (int w = 0; w < kAlignWarps; ++w) total += s_wc[w][e];
+  int incl = total;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    int v = __shfl_up_sync(kFull, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) s_warp_total[warp] = incl;
+  __syncthreads();
+  int start = incl - total;
+  for (int w = 0; w < warp; ++w) start += s_warp_total[w];
+  if (E == 0 && tid == 0) offsets[0] = 0;
+  if (e < E) {
+    offsets[e] = start;
+    if (e == E - 1) offsets[E] = start + total;
+    for (int w = 0; w < kAlignWarps; ++w) {
+      int c = s_wc[w][e];
+      s_wc[w][e] = start;
+      start += c;
     }
-    __syncthreads();
-    if (p < P) {
-      int q = valid ? s_wc[warp][e] + lower : -1;
+  }
+  __syncthreads();
+  for (int p0 = begin; p0 < end; p0 += 32) {
+    int p = p0 + lane, ex = p < end ? ids[p] : -1;
+    bool valid = ex >= 0 && ex < E;
+    unsigned peers = __match_any_sync(kFull, valid ? ex : -1);
+    int lower = __popc(peers & ((1u << lane) - 1));
+    int q = valid ? s_wc[warp][ex] + lower : -1;
+    __syncwarp();
+    if (valid && lower == 0) s_wc[warp][ex] += __popc(peers);
+    __syncwarp();
+    if (p < end) {
       if (valid) sorted[q] = p;
       pos[p] = q;
     }
-    __syncthreads();
   }
 }
 
@@ -297,6 +307,43 @@ __global__ void combine_kernel(const Y* y, const int32_t* pair_pos, const float*
     if (q >= 0) acc += weights[int64_t(t) * w_ld + j] * load_y(y, int64_t(q) * H + c);
   }
   out[int64_t(t) * out_ld + c] = __float2bfloat16(acc);
+}
+
+// Eight columns a thread, read and written 16 bytes at a time (H % 8 == 0, rows 16-byte aligned).
+__device__ __forceinline__ void load8_y(const float* y, int64_t i, float (&v)[8]) {
+  float4 a = *reinterpret_cast<const float4*>(y + i), b = *reinterpret_cast<const float4*>(y + i + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void load8_y(const bf16* y, int64_t i, float (&v)[8]) {
+  uint4 u = *reinterpret_cast<const uint4*>(y + i);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    float2 f = __bfloat1622float2(h[j]);
+    v[2 * j] = f.x, v[2 * j + 1] = f.y;
+  }
+}
+
+template <class Y>
+__global__ void combine_vec_kernel(const Y* y, const int32_t* pair_pos, const float* weights, int64_t w_ld, int k,
+                                   int H, bf16* out, int64_t out_ld) {
+  pdl_wait_and_trigger();
+  const int t = blockIdx.x, c = 8 * (blockIdx.y * blockDim.x + threadIdx.x);
+  if (c >= H) return;
+  float acc[8] = {};
+  for (int j = 0; j < k; ++j) {
+    int p = t * k + j;
+    int q = pair_pos ? pair_pos[p] : p;
+    if (q < 0) continue;
+    float w = weights[int64_t(t) * w_ld + j], v[8];
+    load8_y(y, int64_t(q) * H + c, v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] += w * v[i];
+  }
+  __align__(16) __nv_bfloat162 o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) o[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+  *reinterpret_cast<uint4*>(out + int64_t(t) * out_ld + c) = *reinterpret_cast<const uint4*>(o);
 }
 
 dim3 decode_grid(const MoeDecodeParams& p, int rows) {
@@ -356,14 +403,28 @@ void launch_moe_gather(const void* x, int64_t x_ld, const int32_t* sorted_pairs,
 void launch_moe_combine(const void* y, bool y_f32, const int32_t* pair_pos, const float* weights, int64_t w_ld,
                         int32_t num_tokens, int32_t top_k, int32_t hidden, void* out, int64_t out_ld, cudaStream_t s) {
   if (num_tokens == 0) return;
+  auto ob = static_cast<bf16*>(out);
+  if (hidden % 8 == 0 && out_ld % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(y) % 16 == 0) {
+    // Small batches (decode) get 32-thread blocks, so their few tokens still spread over many SMs.
+    const int vecs = hidden / 8, threads = num_tokens < 128 ? 32 : vecs >= 128 ? 128 : 32 * ((vecs + 31) / 32);
+    dim3 grid(unsigned(num_tokens), unsigned((vecs + threads - 1) / threads));
+    if (y_f32)
+      launch_pdl(combine_vec_kernel<float>, grid, threads, 0, s, static_cast<const float*>(y), pair_pos, weights, w_ld,
+                 top_k, hidden, ob, out_ld);
+    else
+      launch_pdl(combine_vec_kernel<bf16>, grid, threads, 0, s, static_cast<const bf16*>(y), pair_pos, weights, w_ld,
+                 top_k, hidden, ob, out_ld);
+    return;
+  }
   int threads = hidden >= 256 ? 256 : 32 * ((hidden + 31) / 32);
   dim3 grid(unsigned(num_tokens), unsigned((hidden + threads - 1) / threads));
   if (y_f32)
     launch_pdl(combine_kernel<float>, grid, threads, 0, s, static_cast<const float*>(y), pair_pos, weights, w_ld, top_k,
-               hidden, static_cast<bf16*>(out), out_ld);
+               hidden, ob, out_ld);
   else
     launch_pdl(combine_kernel<bf16>, grid, threads, 0, s, static_cast<const bf16*>(y), pair_pos, weights, w_ld, top_k,
-               hidden, static_cast<bf16*>(out), out_ld);
+               hidden, ob, out_ld);
 }
 
 }  // namespace mlaserve::cuda

@@ -159,21 +159,26 @@ bool moe_grouped_gemm_wide(int32_t max_rows, int32_t num_experts) { return max_r
 
 bool moe_grouped_gemm_fits(const MoeGroupedGemmParams& p) {
   auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  bool narrow_ok = !moe_grouped_gemm_wide(p.max_rows, p.num_experts)
-                       ? !p.silu_and_mul && (p.w_hi == nullptr || p.n_split % kBN == 0)
-                       : (p.w_hi != nullptr) == p.silu_and_mul;
+  bool tiles_ok = !moe_grouped_gemm_wide(p.max_rows, p.num_experts)
+                      ? !p.silu_and_mul && (p.w_hi == nullptr || p.n_split % kBN == 0) && p.a_rows == nullptr &&
+                            (p.lda == 0 || p.lda == p.K)
+                      : (p.w_hi != nullptr) == p.silu_and_mul && p.lda % 8 == 0 && p.a_rows_div > 0;
   return p.K % 8 == 0 && p.ldc % 2 == 0 && p.num_experts > 0 && p.num_experts <= kMoeGroupedMaxExperts &&
-         aligned(p.a) && reinterpret_cast<uintptr_t>(p.c) % 4 == 0 && narrow_ok;
+         aligned(p.a) && reinterpret_cast<uintptr_t>(p.c) % 4 == 0 && tiles_ok;
 }
 
 void launch_moe_grouped_gemm(const MoeGroupedGemmParams& p, cudaStream_t stream) {
-  MLA_CHECK(moe_grouped_gemm_fits(p), "moe grouped GEMM: K={} ldc={} E={} n_split={} silu_and_mul={} outside its limits",
-            p.K, p.ldc, p.num_experts, p.n_split, p.silu_and_mul);
+  MLA_CHECK(moe_grouped_gemm_fits(p),
+            "moe grouped GEMM: K={} lda={} ldc={} E={} n_split={} silu_and_mul={} outside its limits", p.K, p.lda,
+            p.ldc, p.num_experts, p.n_split, p.silu_and_mul);
   if (p.max_rows <= 0 || p.N <= 0) return;
-  if (moe_grouped_gemm_wide(p.max_rows, p.num_experts))
-    launch_moe_grouped_gemm_wgmma(p, stream);
-  else
+  if (moe_grouped_gemm_wide(p.max_rows, p.num_experts)) {
+    MoeGroupedGemmParams q = p;
+    if (q.lda == 0) q.lda = q.K;
+    launch_moe_grouped_gemm_wgmma(q, stream);
+  } else {
     launch_tiles<32>(p, stream);
+  }
 }
 
 }  // namespace mlaserve::cuda

@@ -32,17 +32,22 @@ struct MoeGroupedGemmParams {
   int32_t max_rows;        // an upper bound of offsets[E] (sizes the grid)
   int32_t num_experts, N, K, n_split;
   bool silu_and_mul = false;  // wide tiles only
+  // Wide tiles only: row r of the product reads a + (a_rows[r] / a_rows_div) * lda instead (the
+  // sorted pairs' tokens straight from the activation, with no gathered copy).
+  const int32_t* a_rows = nullptr;
+  int32_t a_rows_div = 1;
+  int64_t lda = 0;  // row stride of a; K when 0
 };
 
 constexpr int kMoeGroupedMaxExperts = 512;
 // Whether a launch with these bounds takes the wide (wgmma) tiles: experts average 48 rows or more
 // (the row counts themselves are only on the device).
 bool moe_grouped_gemm_wide(int32_t max_rows, int32_t num_experts);
-// Whether the kernels take the shapes: K % 8 == 0, ldc even, at most kMoeGroupedMaxExperts experts;
-// on narrow tiles also n_split a multiple of 128 when w_hi is used, and no silu_and_mul; on wide
-// tiles w_hi only with silu_and_mul.
+// Whether the kernels take the shapes: K % 8 == 0, ldc even, a 16-byte aligned, at most
+// kMoeGroupedMaxExperts experts; on narrow tiles also n_split a multiple of 128 when w_hi is used,
+// and no silu_and_mul or a_rows; on wide tiles w_hi only with silu_and_mul, lda % 8 == 0.
 bool moe_grouped_gemm_fits(const MoeGroupedGemmParams& p);
 void launch_moe_grouped_gemm(const MoeGroupedGemmParams& p, cudaStream_t stream);
-void launch_moe_grouped_gemm_wgmma(const MoeGroupedGemmParams& p, cudaStream_t stream);  // wide tiles
+void launch_moe_grouped_gemm_wgmma(const MoeGroupedGemmParams& p, cudaStream_t stream);  // wide tiles, lda set
 
 }  // namespace mlaserve::cuda

@@ -7,6 +7,7 @@
 // The 256 weight rows of a tile are weight rows n0 .. n0 + 255 for a plain product (w_hi unused),
 // or, with the silu-and-mul epilogue, 128 gate rows and the same 128 up rows: each thread then
 // holds gate and up of the same output column in its accumulators and writes silu(gate) * up.
+// With a_rows the tile's rows are read from the tokens in place, so the gather copy is skipped.
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/moe_grouped_gemm.h"
@@ -23,7 +24,7 @@ using moe_tiles::kBK;
 using moe_tiles::swz;
 
 constexpr int kBM = 128, kBN = 256, kStages = 4, kThreads = 256;
-constexpr int kAElems = kBM * kBK, kBElems = kBN * kBK;
+constexpr int kAElems = kBM * kBK, kBElems = kBN * kBK, kAcc = kBN / 2;
 constexpr size_t kSmemBytes = size_t(kStages) * (kAElems + kBElems) * sizeof(bf16) + 1024;  // + alignment slack
 
 // Output columns a block writes.
@@ -31,6 +32,8 @@ __host__ __device__ constexpr int out_cols(bool silu_and_mul) { return silu_and_
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
+// One block an SM: 4 stages of 48 KB. (128-wide tiles at two blocks an SM, which overlap one's
+// epilogue with the other's loop, ran 13-17% slower at V2-Lite's 4096-token prefill.)
 template <bool kSiluAndMul>
 __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(MoeGroupedGemmParams p) {
   pdl_wait_and_trigger();
@@ -47,8 +50,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Moe
   const bf16* w_hi = p.w_hi ? static_cast<const bf16*>(p.w_hi[expert]) : nullptr;
   const int K = p.K, tid = threadIdx.x, wg = tid / 128;
 
-  // This thread's weight rows in the tile: tile row r = tid / 8 + 32 j, chunk tid % 8. Their
-  // sources are fixed for the whole K loop, so they are resolved once.
+  // This thread's rows in the tile: row tid / 8 + 32 j, chunk tid % 8. Their sources are fixed for
+  // the whole K loop, so they are resolved once.
   constexpr int kBLoads = kBN * 8 / kThreads, kALoads = kBM * 8 / kThreads;
   const int chunk = tid % 8;
   const bf16* b_src[kBLoads];
@@ -63,17 +66,17 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Moe
   const bf16* a_src[kALoads];
 #pragma unroll
   for (int j = 0; j < kALoads; ++j) {
-    int r = row0 + tid / 8 + 32 * j;
-    a_src[j] = r < row_end ? a + int64_t(r) * K + chunk * 8 : nullptr;
+    const int r = row0 + tid / 8 + 32 * j;
+    const int64_t src_row = p.a_rows ? int64_t(p.a_rows[min(r, row_end - 1)] / p.a_rows_div) : int64_t(r);
+    a_src[j] = r < row_end ? a + src_row * p.lda + chunk * 8 : nullptr;
   }
   auto load_stage = [&](int stage, int kt) {
-    const int k = kt * kBK + chunk * 8;
-    const bool k_ok = k < K;
+    const bool k_ok = kt * kBK + chunk * 8 < K;
 #pragma unroll
     for (int j = 0; j < kALoads; ++j) {
       bool ok = k_ok && a_src[j];
-      mma::cp_async16(mma::smem_u32(sa + stage * kAElems + swz(tid / 8 + 32 * j, chunk)), ok ? a_src[j] + kt * kBK : a,
-                      ok);
+      mma::cp_async16(mma::smem_u32(sa + stage * kAElems + swz(tid / 8 + 32 * j, chunk)),
+                      ok ? a_src[j] + kt * kBK : a, ok);
     }
 #pragma unroll
     for (int j = 0; j < kBLoads; ++j) {
@@ -83,11 +86,11 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Moe
     }
   };
 
-  float acc[128];
+  float acc[kAcc];
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
   const int k_tiles = (K + kBK - 1) / kBK;
-  // Ring: slice kt is in slot kt % kStages. Slices kt + 1 and kt + 2 are loading while kt is
+  // Ring: slice kt is in slot kt % kStages. The kStages - 2 slices after kt are loading while kt is
   // multiplied and kt - 1's MMAs may still run, so the slot refilled at step kt is kt - 2's.
 #pragma unroll
   for (int s = 0; s < kStages - 2; ++s) {
@@ -116,9 +119,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Moe
   mma::cp_async_wait<0>();
 
   // acc[4j + e]: row 16 (warp % 4) + lane / 4 (+ 8 for e >= 2) of this warpgroup's 64, column
-  // 8j + 2 (lane % 4) + e % 2 of the 256.
+  // 8j + 2 (lane % 4) + e % 2 of the kBN.
   bf16* c = static_cast<bf16*>(p.c);
   const int lane = tid % 32, warp = (tid / 32) % 4;
+  constexpr int kUp = kBN / 16;  // silu-and-mul: up of column group j is group j + kUp
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = row0 + wg * 64 + warp * 16 + lane / 4 + 8 * h;
@@ -131,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Moe
       float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
       if (kSiluAndMul) {  // as silu_and_mul on the BF16 products
         float g0 = round_bf16(v0), g1 = round_bf16(v1);
-        float u0 = round_bf16(acc[4 * (j + 16) + 2 * h]), u1 = round_bf16(acc[4 * (j + 16) + 2 * h + 1]);
+        float u0 = round_bf16(acc[4 * (j + kUp) + 2 * h]), u1 = round_bf16(acc[4 * (j + kUp) + 2 * h + 1]);
         v0 = g0 / (1.0f + __expf(-g0)) * u0;
         v1 = g1 / (1.0f + __expf(-g1)) * u1;
       }
