@@ -90,7 +90,6 @@ bool MoeRunner::run_grouped(const void* const* dptr, int32_t E, const void* x, i
                             const int32_t* sorted, const int32_t* pos, void* out, int64_t out_ld,
                             cudaStream_t stream) {
   const int32_t P = T * k;
-  auto xs = static_cast<char*>(st_->xs.ensure(size_t(P) * H * 2));
   auto act = static_cast<char*>(st_->act.ensure(size_t(P) * I * 2));
   auto y = static_cast<char*>(st_->y.ensure(size_t(P) * H * 2));
   MoeGroupedGemmParams down{act, offsets, dptr + 2 * E, nullptr, y, H, P, E, H, I, H};
@@ -100,12 +99,14 @@ bool MoeRunner::run_grouped(const void* const* dptr, int32_t E, const void* x, i
     if (moe_grouped_gemm_fits(gate_up) && moe_grouped_gemm_fits(down)) {  // tokens read in place
       launch_moe_grouped_gemm(gate_up, stream);
     } else {
+      auto xs = static_cast<char*>(st_->xs.ensure(size_t(P) * H * 2));
       gate_up.a = xs, gate_up.a_rows = nullptr, gate_up.a_rows_div = 1, gate_up.lda = H;
       if (!moe_grouped_gemm_fits(gate_up) || !moe_grouped_gemm_fits(down)) return false;
       launch_moe_gather(x, x_ld, sorted, P, k, H, xs, stream, offsets + E);
       launch_moe_grouped_gemm(gate_up, stream);
     }
   } else {
+    auto xs = static_cast<char*>(st_->xs.ensure(size_t(P) * H * 2));
     auto gu = static_cast<char*>(st_->gu.ensure(size_t(P) * 2 * I * 2));
     // gate | up as one [2I, H] product when I is whole column tiles, else one launch each.
     MoeGroupedGemmParams gate{xs, offsets, dptr, dptr + E, gu, 2 * int64_t(I), P, E, 2 * I, H, I};
@@ -160,8 +161,8 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
   auto sorted = static_cast<int32_t*>(st_->sorted.ensure(size_t(P) * 4));
   auto pos = static_cast<int32_t*>(st_->pos.ensure(size_t(P) * 4));
   launch_moe_align(ids, P, E, offsets, sorted, pos, stream);
-  if (grouped_gemm && tb.aligned && run_grouped(dptr, E, x, x_ld, weights, w_ld, T, k, H, I, offsets, sorted, pos, out, out_ld,
-                                  stream))
+  if (grouped_gemm && tb.aligned &&
+      run_grouped(dptr, E, x, x_ld, weights, w_ld, T, k, H, I, offsets, sorted, pos, out, out_ld, stream))
     return;
   // Per-expert GEMMs: the host needs the counts to size them, which a CUDA graph cannot wait for
   // (the decode kernels and the grouped GEMM read them on the device).

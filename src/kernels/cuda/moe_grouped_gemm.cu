@@ -10,8 +10,6 @@
 // + experts), and each block finds its expert by a prefix sum of the tile counts in shared memory;
 // blocks past the last tile exit at once. Rows of a tile past its expert's end are zero-filled
 // and not stored.
-#include <algorithm>
-
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/moe_grouped_gemm.h"
