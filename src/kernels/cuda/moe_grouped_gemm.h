@@ -4,7 +4,7 @@
 //   c[r, n] = a[r, :] · W_e[n, :]  for every row r in [offsets[e], offsets[e + 1]) of expert e,
 //
 // where a holds the (token, expert) pairs' activations sorted by expert (launch_moe_align and
-// launch_moe_gather). W_e comes from `w` or, for the columns n >= n_split, from `w_hi` at row
+// launch_moe_gather, or on wide tiles the tokens read in place through a_rows). W_e comes from `w` or, for the columns n >= n_split, from `w_hi` at row
 // n - n_split: gate and up of one expert then run as one [2I, K] product into [gate | up].
 // With silu_and_mul, W_e is gate (`w`) and up (`w_hi`) side by side and
 //
@@ -23,7 +23,7 @@
 namespace mlaserve::cuda {
 
 struct MoeGroupedGemmParams {
-  const void* a;           // [rows, K] BF16, row stride K
+  const void* a;           // [rows, K] BF16, row stride lda
   const int32_t* offsets;  // [E + 1] on the device
   const void* const* w;    // [E] device pointers to [n_split (or N), K] BF16, rows contiguous
   const void* const* w_hi; // [E] pointers for columns [n_split, N), or nullptr
