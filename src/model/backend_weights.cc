@@ -33,12 +33,7 @@ void move(LayerWeights& l, Backend& b) {
   if (l.is_moe) {
     move(l.moe.router, b);
     move(l.moe.correction_bias, b);
-    for (auto& e : l.moe.experts) {
-      // The routed experts run as BF16 on the grouped GEMMs until those have an FP8 form.
-      for (LinearWeight* w : {&e.gate, &e.up, &e.down, &e.gate_up})
-        if (w->is_fp8_block() && w->weight.device() != b.device()) *w = LinearWeight{dequantize(*w), {}};
-      move(e, b);
-    }
+    for (auto& e : l.moe.experts) move(e, b);
     if (l.moe.has_shared) move(l.moe.shared, b);
   } else {
     move(l.mlp, b);

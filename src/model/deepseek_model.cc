@@ -111,6 +111,10 @@ std::string why_not_fusable(const MoeWeights& m, int64_t ns, int64_t I, const Ba
       d.weight.shape() != Shape{H, ns * I})
     return fmt::format("shared experts of shapes {}, {}, {} do not cut into {} experts of {}", g.weight.describe(),
                        u.weight.describe(), d.weight.describe(), ns, I);
+  const GatedMlpWeights& routed = m.experts[0];
+  for (const LinearWeight* w : {&g, &u, &d})
+    if (w->is_fp8_block() != routed.gate.is_fp8_block() || w->is_fp8_block() != routed.down.is_fp8_block())
+      return "the routed and the shared experts are not both FP8 or both unquantized";
   // Scales must be [blocks of rows, blocks of columns] with whole blocks in every chunk (one
   // chunk is the whole MLP: nothing to cut).
   auto whole_blocks = [&](const LinearWeight& w, int dim, int64_t block) {

@@ -38,10 +38,7 @@ LinearWeight random_fp8_weight(int64_t N, int64_t K, uint64_t seed) {
   }
   Tensor s = Tensor::empty(DType::F32, {(N + 127) / 128, (K + 127) / 128});
   for (int64_t i = 0; i < s.numel(); ++i) s.data<float>()[i] = 1e-3f * float(1.0 + uniform01(seed + 1, uint64_t(i)));
-  LinearWeight lw;
-  lw.weight = g_gpu->to_device(w);
-  lw.scale_inv = g_gpu->to_device(s);
-  return lw;
+  return g_gpu->to_backend(LinearWeight{w, s});
 }
 
 Tensor random_bf16(Shape shape, uint64_t seed, float std = 1.0f) {
@@ -370,6 +367,61 @@ void bench_moe(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn&
   }
 }
 
+// ---- FP8 MoE (bench_moe_fp8) ----
+
+// DeepSeek-V3's routed experts as one TP8 shard holds them: 256 x (gate, up [256, 7168], down
+// [7168, 256]) e4m3 with 128 x 128 block scales, top-8 by noaux_tc. Everything of the layer but the
+// router GEMM: routing from the logits, the activation quantizations, both GEMMs, SiLU-and-mul and
+// the combine, as a CUDA graph replays them (8 random routings back to back; time per layer).
+// Floor: the bytes of the experts the batch touches (weights and scales) over the copy bandwidth.
+void bench_moe_fp8(cuda::CudaBackend& gpu, double copy_bw, std::vector<Row>& rows) {
+  const int64_t E = 256, k = 8, H = 7168, I = 256, n_sets = 8;
+  MoeRouting r{TopkMethod::NoauxTc, ScoringFunc::Sigmoid, int32_t(E), int32_t(k), 8, 4, true, 2.5f};
+  std::vector<GatedMlpWeights> experts;
+  for (int64_t e = 0; e < E; ++e)
+    experts.push_back({random_fp8_weight(I, H, 3 * e + 11), random_fp8_weight(I, H, 3 * e + 12),
+                       random_fp8_weight(H, I, 3 * e + 13)});
+  const double expert_bytes = 3.0 * I * H + 3.0 * (I / 128) * (H / 128) * 4;
+  Tensor bias_h = Tensor::empty(DType::F32, {E});
+  for (int64_t e = 0; e < E; ++e) bias_h.data<float>()[e] = 0.1f * normal01(3, uint64_t(e));
+  Tensor bias = gpu.to_device(bias_h);
+  for (int64_t T : {1, 4, 32, 128, 512, 4096}) {
+    std::vector<Tensor> logits, ids, w;
+    double touched = 0;
+    Tensor x = random_bf16({T, H}, 21), out = gpu.empty(DType::BF16, {T, H});
+    for (int64_t s = 0; s < n_sets; ++s) {
+      Tensor lh = Tensor::empty(DType::F32, {T, E});
+      for (int64_t i = 0; i < T * E; ++i) lh.data<float>()[i] = 2.0f * normal01(1000 * T + s, uint64_t(i));
+      logits.push_back(gpu.to_device(lh));
+      ids.push_back(gpu.empty(DType::I32, {T, k}));
+      w.push_back(gpu.empty(DType::F32, {T, k}));
+      gpu.moe_route(logits.back(), bias, r, ids.back(), w.back());
+      Tensor ih = gpu.to_host(ids.back());
+      std::vector<bool> hit(size_t(E), false);
+      for (int64_t i = 0; i < ih.numel(); ++i) hit[size_t(ih.data<int32_t>()[i])] = true;
+      touched += double(std::count(hit.begin(), hit.end(), true)) / double(n_sets);
+    }
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(gpu.stream(), cudaStreamCaptureModeRelaxed));
+    for (int64_t s = 0; s < n_sets; ++s) {
+      gpu.moe_route(logits[s], bias, r, ids[s], w[s]);
+      gpu.moe_experts(x, ids[s], w[s], experts, out);
+    }
+    CUDA_CHECK(cudaStreamEndCapture(gpu.stream(), &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    double ms =
+        time_ms([&](int) { CUDA_CHECK(cudaGraphLaunch(exec, gpu.stream())); }, T >= 1024 ? 10 : 50, 5) / double(n_sets);
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    double bytes = touched * expert_bytes + 4.0 * T * H, floor_ms = bytes / copy_bw * 1e3;
+    double flops = 2.0 * T * k * 3 * I * H;
+    rows.push_back({"fp8 moe v3-tp8 graph", fmt::format("T={} E=256 k=8 ({:.1f} touched)", T, touched), ms,
+                    bytes / (ms * 1e-3) / 1e12, floor_ms, floor_ms / ms, "TB/s"});
+    std::printf("fp8 moe T=%lld: %.4f ms, %.0f TFLOP/s\n", (long long)T, ms, flops / (ms * 1e-3) / 1e12);
+  }
+}
+
 // ---- Sampling (bench_sampling) ----
 
 // One token per row over the V3 vocabulary (129280 fp32 logits). Floor: reading the logits once.
@@ -444,8 +496,8 @@ void bench_fp8_linear(cuda::CudaBackend& gpu, double copy_bw, std::vector<Row>& 
 
 int main(int argc, char** argv) {
   // --json FILE: the rows as JSON too; --only GROUP (rows, linear, mla_prefill, mla_absorb,
-  // mla_decode, moe, sampling, fp8_linear, skinny): run only that group, after the two ceilings; --shape TEXT: only the
-  // mla_decode cases whose shape contains TEXT (to profile one).
+  // mla_decode, moe, moe_fp8, sampling, fp8_linear, skinny): run only that group, after the two ceilings; --shape TEXT:
+  // only the mla_decode cases whose shape contains TEXT (to profile one).
   std::string json_path, only;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--json") json_path = argv[i + 1];
@@ -563,6 +615,7 @@ int main(int argc, char** argv) {
   if (run("mla_absorb")) bench_mla_absorb(gpu, flop_row);
   if (run("mla_decode")) bench_mla_decode(gpu, mem_row, flop_row);
   if (run("moe")) bench_moe(gpu, mem_row, flop_row);
+  if (run("moe_fp8")) bench_moe_fp8(gpu, copy_bw, rows);
   if (run("sampling")) bench_sampling(gpu, mem_row);
 
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);

@@ -1,7 +1,7 @@
 // Decode through CUDA graphs against eager forwards of the same model on the same GPU: a batch
 // whose size was captured gives the very same logits; a padded one (3 sequences in the graph of
 // 4) gives logits within BF16 rounding; batches no graph takes (prefill, too many sequences) run
-// eagerly.
+// eagerly. Also with FP8 weights.
 #include "gpu_test_util.h"
 
 #include "engine/model_runner.h"
@@ -17,10 +17,13 @@ struct Pair {
   std::unique_ptr<ModelRunner> graphs, eager;
 };
 
+ModelLoadOptions fixture_model() {
+  return {.model = std::string(MLASERVE_SOURCE_DIR) + "/tests/fixtures/models/v3_mla_dims"};
+}
+
 // grouped: the MoE prefill path through the grouped GEMM (capturable) or per-expert GEMMs (not).
-Pair make_runners(const std::vector<int>& sizes, bool grouped = true) {
-  std::string dir = std::string(MLASERVE_SOURCE_DIR) + "/tests/fixtures/models/v3_mla_dims";
-  LoadedModel a = load_model({.model = dir}), b = load_model({.model = dir});
+Pair make_runners(const std::vector<int>& sizes, bool grouped = true, const ModelLoadOptions& model = fixture_model()) {
+  LoadedModel a = load_model(model), b = load_model(model);
   Pair p;
   p.graphs = std::make_unique<ModelRunner>(make_backend("cuda"), a.config, std::move(a.weights), 1024, DType::BF16);
   p.eager = std::make_unique<ModelRunner>(make_backend("cuda"), b.config, std::move(b.weights), 1024, DType::BF16);
@@ -88,6 +91,14 @@ TEST(DecodeGraphs, LargeBatchesAreCapturedThroughTheGroupedGemm) {
   Pair p = make_runners({100});
   ASSERT_EQ(p.graphs->decode_graph_sizes(), (std::vector<int>{100}));
   EXPECT_EQ(decode(p, prefill(p, 100), 3), 0.0);
+}
+
+TEST(DecodeGraphs, Fp8ExpertsAreCapturedAndGiveTheEagerLogits) {
+  // Every linear weight FP8 (the experts whole 128 x 128 blocks, so the FP8 grouped GEMM runs).
+  Pair p = make_runners({1, 4, 64}, true,
+                        {.model = "deepseek-v3-tiny", .load_format = "dummy", .seed = 1, .quantization = "fp8"});
+  ASSERT_EQ(p.graphs->decode_graph_sizes(), (std::vector<int>{1, 4, 64}));
+  for (int n : {1, 4, 64}) EXPECT_EQ(decode(p, prefill(p, n), 3), 0.0) << n << " sequences";
 }
 
 TEST(DecodeGraphs, PaddedBatchesAgreeAndLargerOnesRunEagerly) {

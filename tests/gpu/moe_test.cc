@@ -2,7 +2,7 @@
 // V2 and V3 sizes (ids must match exactly), also with fused shared-expert slots; the device sort of
 // the pairs by expert against a host one; and the experts over every path (decode kernels at few
 // tokens; sorted pairs through the grouped GEMM's narrow and wide tiles or per-expert GEMMs) at
-// V2-Lite dims and with 8 to 257 experts.
+// V2-Lite dims and with 8 to 257 experts; FP8 experts (W8A8 with block scales) at V3 shard dims.
 #include "gpu_test_util.h"
 
 #include <fmt/format.h>
@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/moe_experts.h"
+#include "weights/fp8_block_quant.h"
 
 namespace mlaserve {
 namespace {
@@ -218,6 +219,49 @@ TEST_F(Moe, ExpertsMatchTheReference) {
   }
   runner.decode_max_pairs = default_max_pairs;
   runner.grouped_gemm = default_grouped;
+}
+
+// FP8 experts (e4m3, 128 x 128 block scales) against the CPU's W8A8 experts on the same weights:
+// few tokens (the gate/up GEMM split over K), V3's TP8 shard width (I = 256, H = 7168) and a wider
+// one, and a batch with ids outside [0, E) dropped.
+TEST_F(Moe, Fp8ExpertsMatchTheReference) {
+  std::vector<ExpertsCase> cases = {{32, 8, 7168, 256, {1, 3, 33}}, {8, 2, 1024, 384, {1, 16, 300}}};
+  for (const ExpertsCase& c : cases) {
+    std::vector<GatedMlpWeights> host, dev;
+    for (int64_t e = 0; e < c.E; ++e) {
+      uint64_t s = seed * 31 + uint64_t(e) * 3;
+      LinearWeight g = quantize_fp8_blocks(random_f32({c.I, c.H}, s, 1.0f / std::sqrt(float(c.H))), 128, 128);
+      LinearWeight u = quantize_fp8_blocks(random_f32({c.I, c.H}, s + 1, 1.0f / std::sqrt(float(c.H))), 128, 128);
+      LinearWeight d = quantize_fp8_blocks(random_f32({c.H, c.I}, s + 2, 1.0f / std::sqrt(float(c.I))), 128, 128);
+      host.push_back({g, u, d});
+      dev.push_back({gpu.to_backend(g), gpu.to_backend(u), gpu.to_backend(d)});
+      ASSERT_TRUE(dev.back().gate.is_fp8_block() && dev.back().down.is_fp8_block()) << "experts stay FP8";
+    }
+    for (int64_t T : c.tokens) {
+      Tensor x = random_f32({T, c.H}, seed + T + c.H);
+      Tensor ids, w;
+      random_routing(T, c.k, c.E, seed + 7 * T, ids, w);
+      // A pair of token 1 outside the experts on the device: the reference rejects such an id, so
+      // it keeps its expert at weight 0 (a dropped pair adds nothing either).
+      if (T > 2) w.data<float>()[c.k + 1] = 0;
+      Tensor want = Tensor::empty(DType::F32, {T, c.H});
+      cpu->moe_experts(x, ids, w, host, want);
+      if (T > 2) ids.data<int32_t>()[c.k + 1] = int32_t(c.E);
+      Tensor xd = dev_bf16(x), ids_d = gpu.to_device(ids), w_d = gpu.to_device(w);
+      Tensor out = poisoned(gpu, DType::BF16, {T, c.H});
+      gpu.moe_experts(xd, ids_d, w_d, dev, out);
+      Tensor got = gpu.to_host(out);
+      // Both sides quantize the activations; the device's BF16 output and fp32 sums in another
+      // order move a value across an e4m3 rounding step now and then.
+      double err = rel_l2(got, want);
+      EXPECT_LE(err, 2e-2) << "E=" << c.E << " H=" << c.H << " I=" << c.I << " T=" << T;
+      worst = std::max(worst, err);
+      Tensor again = poisoned(gpu, DType::BF16, {T, c.H});
+      gpu.moe_experts(xd, ids_d, w_d, dev, again);
+      Tensor got2 = gpu.to_host(again);
+      EXPECT_EQ(std::memcmp(got.raw(), got2.raw(), got.nbytes()), 0) << "deterministic: E=" << c.E << " T=" << T;
+    }
+  }
 }
 
 }  // namespace

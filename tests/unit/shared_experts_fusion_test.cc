@@ -140,5 +140,26 @@ TEST(SharedExpertsFusion, StaysApartWhereTheBackendTakesTooFewExperts) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(rel_max_error(got[i], want[i]), 0.0) << "pass " << i;
 }
 
+// FP8 routed experts beside an unquantized shared MLP (one moe_experts call takes one kind): the
+// shared MLP stays apart.
+TEST(SharedExpertsFusion, StaysApartWhereOnlyTheRoutedExpertsAreFp8) {
+  auto backend = make_cpu_backend();
+  ModelConfig config = *ModelConfig::preset("deepseek-v2-lite-tiny");
+  config.vocab_size = 2048;
+  config.num_nextn_predict_layers = 0;
+  config.quantization = QuantizationConfig{};
+  config.quantization->block_n = config.quantization->block_k = 64;
+  auto source = make_fp8_quantizing_source(make_dummy_source(config, 7, DType::F32), 64, 64);
+  ModelWeights weights = load_model_weights(config, *source);
+  for (LayerWeights& l : weights.layers)
+    if (l.is_moe)
+      for (LinearWeight* w : {&l.moe.shared.gate, &l.moe.shared.up, &l.moe.shared.down})
+        *w = LinearWeight{dequantize(*w), {}};
+  DeepseekModel model(config, std::move(weights), *backend);
+  const MoeWeights& m = model.weights().layers[1].moe;
+  EXPECT_EQ(int64_t(m.experts.size()), config.n_routed_experts);
+  EXPECT_TRUE(m.shared.gate_up.weight.defined() || m.shared.gate.weight.defined());
+}
+
 }  // namespace
 }  // namespace mlaserve

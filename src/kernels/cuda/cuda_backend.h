@@ -49,7 +49,9 @@ class CudaBackend final : public Backend {
   Tensor to_device(const Tensor& host);
   Tensor to_host(const Tensor& device) override;
   Tensor to_backend(const Tensor& host) override;
-  LinearWeight to_backend(const LinearWeight& w) override;  // cuda_backend_fp8.cc: FP8 blocks stay FP8
+  // cuda_backend_fp8.cc: FP8 blocks stay FP8, their scales in rows of fp8_scale_row_stride floats.
+  LinearWeight to_backend(const LinearWeight& w) override;
+  static int64_t fp8_scale_row_stride(int64_t k_blocks) { return (k_blocks + 3) / 4 * 4; }
 
   void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;

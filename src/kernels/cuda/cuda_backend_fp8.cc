@@ -2,6 +2,8 @@
 // block-scaled GEMM of GemmRunner (cuBLASLt), with FP8 weights kept as e4m3 plus their block scales.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/fp8_quant.h"
 #include "kernels/cuda/gemm_runner.h"
@@ -21,8 +23,16 @@ LinearWeight CudaBackend::to_backend(const LinearWeight& w) {
     out.weight = to_backend(dequantize(w));
     return out;
   }
+  // cuBLASLt reads the block scales in rows of a multiple of 4 (16 bytes): with K / 128 not a
+  // multiple of 4 (K = 256, 640, 768, ...) contiguous rows gave wrong products. So the scales sit
+  // in padded rows, and scale_inv is the [N / 128, K / 128] view of them.
+  const Tensor scales = w.scale_inv.to_f32();
+  const int64_t rows = scales.size(0), cols = scales.size(1), ld = fp8_scale_row_stride(cols);
+  Tensor padded = Tensor::zeros(DType::F32, {rows, ld});
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(scales.data<float>() + r * scales.stride(0), cols, padded.data<float>() + r * ld);
   out.weight = to_device(w.weight);
-  out.scale_inv = to_device(w.scale_inv.to_f32());
+  out.scale_inv = to_device(padded).narrow(1, 0, cols);
   out.block_n = w.block_n, out.block_k = w.block_k;
   return out;
 }
@@ -86,8 +96,10 @@ void CudaBackend::check_fp8_linear(int64_t T, const LinearWeight& w, const Tenso
   int64_t K = w.in_features(), N = w.out_features();
   check_matrix(w.weight, DType::F8_E4M3, N, K, "FP8 linear weight");
   check_matrix(w.scale_inv, DType::F32, (N + 127) / 128, (K + 127) / 128, "FP8 linear weight scale_inv");
-  MLA_CHECK(w.scale_inv.is_contiguous() && K % 16 == 0,
-            "FP8 linear: weight scales must be contiguous and K ({}) a multiple of 16", K);
+  MLA_CHECK(w.scale_inv.stride(0) == fp8_scale_row_stride((K + 127) / 128) && K % 16 == 0,
+            "FP8 linear: weight scales must lie in rows of {} floats (as to_backend makes them) and K ({}) be a "
+            "multiple of 16",
+            fp8_scale_row_stride((K + 127) / 128), K);
   MLA_CHECK(out.defined() && out.device() == Device::CUDA &&
                 (out.dtype() == DType::BF16 || out.dtype() == DType::F32) && out.ndim() == 2 && out.stride(1) == 1 &&
                 out.size(0) == T && out.size(1) == N,
@@ -100,17 +112,13 @@ void CudaBackend::check_fp8_linear(int64_t T, const LinearWeight& w, const Tenso
 void CudaBackend::fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w,
                                  Tensor& out) {
   const int64_t T = out.size(0), Tp = scales_t.size(1), N = w.out_features(), K = w.in_features();
-  const bool out_f32 = out.dtype() == DType::F32;
-  if (Tp == T) {
-    gemm_->fp8_block_nt(q, ldq, scales_t.data<float>(), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
-                        out.raw(), out.stride(0), out_f32, Tp, N, K, stream_);
-    return;
-  }
-  Tensor out_pad = empty(out.dtype(), {Tp, N});
+  const bool out_f32 = out.dtype() == DType::F32, padded = Tp != T;
+  Tensor dst = padded ? empty(out.dtype(), {Tp, N}) : out;
   gemm_->fp8_block_nt(q, ldq, scales_t.data<float>(), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
-                      out_pad.raw(), N, out_f32, Tp, N, K, stream_);
+                      dst.raw(), dst.stride(0), out_f32, Tp, N, K, stream_);
+  if (!padded) return;
   const size_t elem = dtype_size(out.dtype());
-  CUDA_CHECK(cudaMemcpy2DAsync(out.raw(), out.stride(0) * elem, out_pad.raw(), N * elem, N * elem, T,
+  CUDA_CHECK(cudaMemcpy2DAsync(out.raw(), out.stride(0) * elem, dst.raw(), N * elem, N * elem, T,
                                cudaMemcpyDeviceToDevice, stream_));
 }
 

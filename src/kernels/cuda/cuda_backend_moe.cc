@@ -10,12 +10,24 @@ namespace mlaserve::cuda {
 
 namespace {
 
-void check_expert_weight(const LinearWeight& w, int64_t rows, int64_t cols, const char* what, size_t e) {
-  MLA_CHECK(!w.is_fp8_block() && w.weight.defined() && w.weight.device() == Device::CUDA &&
-                w.weight.dtype() == DType::BF16 && w.weight.shape() == Shape({rows, cols}) &&
-                w.weight.is_contiguous(),
-            "moe_experts: expert {} {} must be a contiguous device BF16[{}, {}], got {}", e, what, rows, cols,
-            w.weight.defined() ? w.weight.describe() : "nothing");
+// All experts BF16, or all FP8 with 128 x 128 block scales over whole blocks (what to_backend keeps
+// as FP8), as the first expert's gate; FP8 scales in rows scale_ld apart.
+void check_expert_weight(const LinearWeight& w, bool fp8, int64_t rows, int64_t cols, int64_t scale_ld,
+                         const char* what, size_t e) {
+  const DType dt = fp8 ? DType::F8_E4M3 : DType::BF16;
+  MLA_CHECK(w.is_fp8_block() == fp8 && w.weight.defined() && w.weight.device() == Device::CUDA &&
+                w.weight.dtype() == dt && w.weight.shape() == Shape({rows, cols}) && w.weight.is_contiguous(),
+            "moe_experts: expert {} {} must be a contiguous device {}[{}, {}] like expert 0's gate, got {}", e, what,
+            dtype_name(dt), rows, cols, w.weight.defined() ? w.weight.describe() : "nothing");
+  if (!fp8) return;
+  MLA_CHECK(w.block_n == 128 && w.block_k == 128 && rows % 128 == 0 && cols % 128 == 0 && w.scale_inv.defined() &&
+                w.scale_inv.device() == Device::CUDA && w.scale_inv.dtype() == DType::F32 &&
+                w.scale_inv.shape() == Shape({rows / 128, cols / 128}) && w.scale_inv.stride(1) == 1 &&
+                w.scale_inv.stride(0) == scale_ld,
+            "moe_experts: FP8 expert {} {} needs 128 x 128 blocks over a [{}, {}] weight and device F32 scales "
+            "[{}, {}] in rows {} apart (as expert 0's), got blocks {} x {} and scales {}",
+            e, what, rows, cols, rows / 128, cols / 128, scale_ld, w.block_n, w.block_k,
+            w.scale_inv.defined() ? w.scale_inv.describe() : "none");
 }
 
 }  // namespace
@@ -53,22 +65,28 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
   check_matrix(ids, DType::I32, T, k, "moe_experts ids");
   MLA_CHECK(ids.is_contiguous(), "moe_experts: ids must be contiguous");
   check_matrix(weights, DType::F32, T, k, "moe_experts weights");
-  MoeRunner::Experts ex{experts.data(), {}, {}, {}};
-  ex.gate.reserve(experts.size());
-  ex.up.reserve(experts.size());
-  ex.down.reserve(experts.size());
+  const bool fp8 = experts[0].gate.is_fp8_block();
+  MoeRunner::Experts ex{experts.data(), {}, {}, {}, {}, {}, {}};
+  if (fp8 && experts[0].down.is_fp8_block()) {
+    ex.gate_up_scale_ld = experts[0].gate.scale_inv.stride(0);
+    ex.down_scale_ld = experts[0].down.scale_inv.stride(0);
+  }
   for (const GatedMlpWeights& w : experts) {
     ex.gate.push_back(w.gate.weight.raw());
     ex.up.push_back(w.up.weight.raw());
     ex.down.push_back(w.down.weight.raw());
+    if (!fp8) continue;
+    ex.gate_scale.push_back(w.gate.scale_inv.defined() ? w.gate.scale_inv.raw() : nullptr);
+    ex.up_scale.push_back(w.up.scale_inv.defined() ? w.up.scale_inv.raw() : nullptr);
+    ex.down_scale.push_back(w.down.scale_inv.defined() ? w.down.scale_inv.raw() : nullptr);
   }
   MoeRunner& moe = moe_runner();
   // The weights are checked when a list is first seen (192 checks cost ~10 us a call at decode).
   if (!moe.knows(ex, int32_t(H), int32_t(I)))
     for (size_t e = 0; e < experts.size(); ++e) {
-      check_expert_weight(experts[e].gate, I, H, "gate", e);
-      check_expert_weight(experts[e].up, I, H, "up", e);
-      check_expert_weight(experts[e].down, H, I, "down", e);
+      check_expert_weight(experts[e].gate, fp8, I, H, ex.gate_up_scale_ld, "gate", e);
+      check_expert_weight(experts[e].up, fp8, I, H, ex.gate_up_scale_ld, "up", e);
+      check_expert_weight(experts[e].down, fp8, H, I, ex.down_scale_ld, "down", e);
     }
   // ids must lie in [0, E): the device does not check them (pairs outside are dropped or garbage).
   moe.run(ex, x.raw(), x.stride(0), ids.data<int32_t>(), weights.data<float>(), weights.stride(0), int32_t(T),

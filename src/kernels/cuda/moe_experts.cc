@@ -5,9 +5,11 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/fp8_quant.h"
 #include "kernels/cuda/gemm_runner.h"
 #include "kernels/cuda/growing_buffer.h"
 #include "kernels/cuda/moe_grouped_gemm.h"
+#include "kernels/cuda/moe_grouped_gemm_fp8.h"
 
 namespace mlaserve::cuda {
 
@@ -18,7 +20,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 struct MoeRunner::State {
-  // One layer's pointer table: host copy (to recognise the list) and device copy [gate | up | down].
+  // One layer's pointer table: host copy (to recognise the list) and device copy [gate | up | down],
+  // then for FP8 experts [gate_scale | up_scale | down_scale].
   struct Table {
     std::vector<const void*> host;
     GrowingBuffer dev;
@@ -27,6 +30,8 @@ struct MoeRunner::State {
   };
   std::map<const void*, Table> tables;
   GrowingBuffer act, y, xs, gu, offsets, sorted, pos;
+  GrowingBuffer xq, x_scale, act_scale;  // FP8 experts: the quantized activations' scales
+  int num_sms = 0;
   int32_t* host_offsets = nullptr;  // pinned [kMoeMaxExperts + 1]
   std::vector<cudaStream_t> streams;
   std::vector<cudaEvent_t> done;
@@ -40,11 +45,17 @@ struct MoeRunner::State {
     if (host_offsets) cudaFreeHost(host_offsets);
   }
 
+  static std::vector<const std::vector<const void*>*> lists(const Experts& ex) {
+    if (!ex.fp8()) return {&ex.gate, &ex.up, &ex.down};
+    return {&ex.gate, &ex.up, &ex.down, &ex.gate_scale, &ex.up_scale, &ex.down_scale};
+  }
+
   static bool same(const Table& t, const Experts& ex) {
-    size_t E = ex.gate.size();
-    bool same = t.host.size() == 3 * E;
-    for (size_t e = 0; same && e < E; ++e)
-      same = t.host[e] == ex.gate[e] && t.host[E + e] == ex.up[e] && t.host[2 * E + e] == ex.down[e];
+    size_t E = ex.gate.size(), i = 0;
+    auto ls = lists(ex);
+    bool same = t.host.size() == ls.size() * E;
+    for (const auto* l : ls)
+      for (size_t e = 0; same && e < E; ++e) same = t.host[i++] == (*l)[e];
     return same;
   }
 
@@ -52,9 +63,7 @@ struct MoeRunner::State {
     Table& t = tables[ex.key];
     if (!same(t, ex)) {
       t.host.clear();
-      t.host.insert(t.host.end(), ex.gate.begin(), ex.gate.end());
-      t.host.insert(t.host.end(), ex.up.begin(), ex.up.end());
-      t.host.insert(t.host.end(), ex.down.begin(), ex.down.end());
+      for (const auto* l : lists(ex)) t.host.insert(t.host.end(), l->begin(), l->end());
       t.aligned = true;
       for (const void* p : t.host) t.aligned = t.aligned && aligned16(p);
       t.dev.ensure(t.host.size() * sizeof(void*));
@@ -81,6 +90,9 @@ struct MoeRunner::State {
 MoeRunner::MoeRunner() : st_(std::make_unique<State>()) {
   CUDA_CHECK(cudaMallocHost(&st_->host_offsets, (kMoeMaxExperts + 1) * sizeof(int32_t)));
   CUDA_CHECK(cudaEventCreateWithFlags(&st_->fork, cudaEventDisableTiming));
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&st_->num_sms, cudaDevAttrMultiProcessorCount, device));
 }
 
 MoeRunner::~MoeRunner() = default;
@@ -130,6 +142,37 @@ bool MoeRunner::run_grouped(const void* const* dptr, int32_t E, const void* x, i
   return true;
 }
 
+void MoeRunner::run_fp8(const Experts& ex, const void* const* dptr, int32_t E, const void* x, int64_t x_ld,
+                        const float* weights, int64_t w_ld, int32_t T, int32_t k, int32_t H, int32_t I,
+                        const int32_t* offsets, const int32_t* sorted, const int32_t* pos, void* out, int64_t out_ld,
+                        cudaStream_t stream) {
+  const int32_t P = T * k, GH = H / 128, GI = I / 128;
+  auto xq = st_->xq.ensure(size_t(T) * H);
+  auto x_scale = static_cast<float*>(st_->x_scale.ensure(size_t(T) * GH * 4));
+  launch_quantize_fp8_per_token_group(x, x_ld, T, H, 128, xq, H, x_scale, GH, 1, stream);
+  auto scales = reinterpret_cast<const float* const*>(dptr + 3 * E);
+  // gate | up as one [2I, H] product over the pairs' tokens in place; fp32 partial sums per K range.
+  MoeFp8GemmParams gate_up{.a = xq, .a_scale = x_scale, .lda = H, .ld_a_scale = GH, .a_rows = sorted,
+                           .a_rows_div = k, .offsets = offsets, .w = dptr, .w_scale = scales, .w_hi = dptr + E,
+                           .w_hi_scale = scales + E, .ld_w_scale = ex.gate_up_scale_ld, .c = nullptr,
+                           .ldc = 2 * int64_t(I), .split_stride = int64_t(P) * 2 * I, .c_f32 = true, .k_splits = 1,
+                           .max_rows = P, .num_experts = E, .N = 2 * I, .K = H, .n_split = I};
+  gate_up.k_splits = moe_fp8_k_splits(gate_up, st_->num_sms);
+  gate_up.c = st_->gu.ensure(size_t(gate_up.k_splits) * gate_up.split_stride * 4);
+  auto act = st_->act.ensure(size_t(P) * I);
+  auto act_scale = static_cast<float*>(st_->act_scale.ensure(size_t(P) * GI * 4));
+  MoeFp8GemmParams down{.a = act, .a_scale = act_scale, .lda = I, .ld_a_scale = GI, .a_rows = nullptr,
+                        .a_rows_div = 1, .offsets = offsets, .w = dptr + 2 * E, .w_scale = scales + 2 * E,
+                        .w_hi = nullptr, .w_hi_scale = nullptr, .ld_w_scale = ex.down_scale_ld,
+                        .c = st_->y.ensure(size_t(P) * H * 2), .ldc = H, .split_stride = 0, .c_f32 = false,
+                        .k_splits = 1, .max_rows = P, .num_experts = E, .N = H, .K = I, .n_split = H};
+  launch_moe_grouped_gemm_fp8(gate_up, stream);
+  launch_moe_silu_mul_quant(static_cast<const float*>(gate_up.c), gate_up.split_stride, gate_up.k_splits, I,
+                            offsets + E, P, act, act_scale, stream);
+  launch_moe_grouped_gemm_fp8(down, stream);
+  launch_moe_combine(down.c, false, pos, weights, w_ld, T, k, H, out, out_ld, stream);
+}
+
 bool MoeRunner::knows(const Experts& ex, int32_t H, int32_t I) const {
   auto it = st_->tables.find(ex.key);
   return it != st_->tables.end() && it->second.H == H && it->second.I == I && State::same(it->second, ex);
@@ -144,8 +187,9 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
   tb.I = I;
   if (T == 0) return;
   auto dptr = static_cast<const void* const*>(tb.dev.get());
-  bool decode = P <= decode_pair_limit(E) && P <= kMoeDecodeMaxPairs && E <= kMoeMaxExperts && H % 8 == 0 && I % 8 == 0 &&
-                x_ld % 8 == 0 && aligned16(x) && tb.aligned;
+  MLA_CHECK(!ex.fp8() || tb.aligned, "moe_experts: FP8 expert weights and scales must start 16-byte aligned");
+  bool decode = !ex.fp8() && P <= decode_pair_limit(E) && P <= kMoeDecodeMaxPairs && E <= kMoeMaxExperts &&
+                H % 8 == 0 && I % 8 == 0 && x_ld % 8 == 0 && aligned16(x) && tb.aligned;
   if (decode) {
     MoeDecodeParams p{x, x_ld, ids, dptr, dptr + E, dptr + 2 * E,
                       st_->act.ensure(size_t(P) * I * 2), static_cast<float*>(st_->y.ensure(size_t(P) * H * 4)),
@@ -161,6 +205,10 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
   auto sorted = static_cast<int32_t*>(st_->sorted.ensure(size_t(P) * 4));
   auto pos = static_cast<int32_t*>(st_->pos.ensure(size_t(P) * 4));
   launch_moe_align(ids, P, E, offsets, sorted, pos, stream);
+  if (ex.fp8()) {
+    run_fp8(ex, dptr, E, x, x_ld, weights, w_ld, T, k, H, I, offsets, sorted, pos, out, out_ld, stream);
+    return;
+  }
   if (grouped_gemm && tb.aligned &&
       run_grouped(dptr, E, x, x_ld, weights, w_ld, T, k, H, I, offsets, sorted, pos, out, out_ld, stream))
     return;

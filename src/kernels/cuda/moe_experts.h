@@ -66,13 +66,18 @@ class MoeRunner {
   MoeRunner(const MoeRunner&) = delete;
   MoeRunner& operator=(const MoeRunner&) = delete;
 
-  // Pointers of one layer's experts: gate[e], up[e], down[e] (device BF16 matrices).
+  // Pointers of one layer's experts: gate[e], up[e], down[e] (device BF16 matrices, or e4m3 ones
+  // with their F32 128 x 128 block scales in gate_scale[e], up_scale[e], down_scale[e]).
   struct Experts {
     const void* key;  // the caller's vector data pointer
     std::vector<const void*> gate, up, down;
+    std::vector<const void*> gate_scale, up_scale, down_scale;  // FP8 experts only
+    int64_t gate_up_scale_ld = 0, down_scale_ld = 0;              // their scales' row strides
+    bool fp8() const { return !gate_scale.empty(); }
   };
   // x [T, H], ids [T, k], weights [T, k] (row stride w_ld), out [T, H]; all device pointers.
-  // Decode kernels run when T * k <= decode_pair_limit(E) and the rows are 16-byte aligned; they and
+  // FP8 experts always take the sorted path through the FP8 grouped GEMM (graph-capturable; H and I
+  // multiples of 128). For BF16 ones, decode kernels run when T * k <= decode_pair_limit(E) and the rows are 16-byte aligned; they and
   // the grouped GEMM can run inside a CUDA graph, the per-expert GEMMs cannot.
   void run(const Experts& experts, const void* x, int64_t x_ld, const int32_t* ids, const float* weights,
            int64_t w_ld, int32_t T, int32_t k, int32_t H, int32_t I, void* out, int64_t out_ld, GemmRunner& gemm,
@@ -99,6 +104,12 @@ class MoeRunner {
   bool run_grouped(const void* const* dptr, int32_t E, const void* x, int64_t x_ld, const float* weights, int64_t w_ld,
                    int32_t T, int32_t k, int32_t H, int32_t I, const int32_t* offsets, const int32_t* sorted,
                    const int32_t* pos, void* out, int64_t out_ld, cudaStream_t stream);
+
+  // FP8 experts (after the align): x quantized per token per 128 channels, gate/up (split over K
+  // when few rows), SiLU-and-mul quantizing the activation, down, combine.
+  void run_fp8(const Experts& ex, const void* const* dptr, int32_t E, const void* x, int64_t x_ld, const float* weights, int64_t w_ld,
+               int32_t T, int32_t k, int32_t H, int32_t I, const int32_t* offsets, const int32_t* sorted,
+               const int32_t* pos, void* out, int64_t out_ld, cudaStream_t stream);
 
   struct State;
   std::unique_ptr<State> st_;

@@ -26,25 +26,17 @@ using namespace mma;
 using moe_tiles::kBK;
 using moe_tiles::swz;
 
-constexpr int kBN = 128, kStages = 3;
+constexpr int kBM = 32, kBN = 128, kStages = 3;
 constexpr int kWarps = 8, kThreads = kWarps * 32;
-
-// The warp layout of a kBM-row tile.
-template <int kBM>
-struct Tile {
-  static constexpr int warps_m = kBM >= 64 ? kBM / 64 : 1, warps_n = kWarps / warps_m;
-  static constexpr int mi = kBM / warps_m / 16;       // m16 tiles a warp
-  static constexpr int ni = kBN / warps_n / 8;        // n8 tiles a warp
-  static constexpr int a_elems = kBM * kBK, b_elems = kBN * kBK;  // one stage's tiles
-  static constexpr size_t smem_bytes = size_t(kStages) * (a_elems + b_elems) * sizeof(bf16);
-  static_assert(kBM % 32 == 0 && mi >= 1 && ni % 2 == 0, "tile shape");
-};
+// Warp w computes all kBM rows x columns [16 w, 16 w + 16): mi m16 tiles by ni n8 tiles.
+constexpr int kMi = kBM / 16, kNi = kBN / kWarps / 8, kWarpCols = kBN / kWarps;
+constexpr int kAElems = kBM * kBK, kBElems = kBN * kBK;  // one stage's tiles
+constexpr size_t kSmemBytes = size_t(kStages) * (kAElems + kBElems) * sizeof(bf16);
+static_assert(kNi % 2 == 0, "B fragments load two n8 tiles at once");
 
 // Three blocks an SM (the shared memory of three rings).
-template <int kBM>
 __global__ void __launch_bounds__(kThreads, 3) moe_grouped_gemm_kernel(MoeGroupedGemmParams p) {
   pdl_wait_and_trigger();
-  using T = Tile<kBM>;
   extern __shared__ __align__(128) uint8_t smem[];
   int expert, row0, row_end;
   if (!moe_tiles::find_tile<kBM, kThreads>(p.offsets, p.num_experts, int(blockIdx.y), expert, row0, row_end)) return;
@@ -55,12 +47,9 @@ __global__ void __launch_bounds__(kThreads, 3) moe_grouped_gemm_kernel(MoeGroupe
   const int w_rows = hi ? p.N - p.n_split : (p.w_hi ? p.n_split : p.N);
   const bf16* a = static_cast<const bf16*>(p.a);
   const int K = p.K, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  // warp tile: rows wm * (kBM / warps_m), columns wn * (kBN / warps_n)
-  const int wm = warp / T::warps_n, wn = warp % T::warps_n;
-  constexpr int kWarpRows = kBM / T::warps_m, kWarpCols = kBN / T::warps_n;
 
   bf16* sa = reinterpret_cast<bf16*>(smem);
-  bf16* sb = sa + kStages * T::a_elems;
+  bf16* sb = sa + kStages * kAElems;
   // A stage is kBM * 8 chunks of A and kBN * 8 of B; chunk i = tid + 256 j is row i / 8, chunk i % 8.
   auto load_stage = [&](int stage, int kt) {
     const int k0 = kt * kBK;
@@ -69,18 +58,18 @@ __global__ void __launch_bounds__(kThreads, 3) moe_grouped_gemm_kernel(MoeGroupe
       int i = tid + j * kThreads, r = i / 8, ch = i % 8, k = k0 + ch * 8;
       int ar = row0 + r;
       bool a_ok = k < K && ar < row_end;
-      cp_async16(smem_u32(sa + stage * T::a_elems + swz(r, ch)), a_ok ? a + int64_t(ar) * K + k : a, a_ok);
+      cp_async16(smem_u32(sa + stage * kAElems + swz(r, ch)), a_ok ? a + int64_t(ar) * K + k : a, a_ok);
     }
 #pragma unroll
     for (int j = 0; j < kBN * 8 / kThreads; ++j) {
       int i = tid + j * kThreads, r = i / 8, ch = i % 8, k = k0 + ch * 8;
       int wr = w_row0 + r;
       bool b_ok = k < K && wr < w_rows;
-      cp_async16(smem_u32(sb + stage * T::b_elems + swz(r, ch)), b_ok ? w + int64_t(wr) * K + k : w, b_ok);
+      cp_async16(smem_u32(sb + stage * kBElems + swz(r, ch)), b_ok ? w + int64_t(wr) * K + k : w, b_ok);
     }
   };
 
-  float acc[T::mi][T::ni][4] = {};
+  float acc[kMi][kNi][4] = {};
   const int k_tiles = (K + kBK - 1) / kBK;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -92,25 +81,25 @@ __global__ void __launch_bounds__(kThreads, 3) moe_grouped_gemm_kernel(MoeGroupe
     __syncthreads();  // stage kt is in; every warp is done with the stage refilled below
     if (kt + kStages - 1 < k_tiles) load_stage((kt + kStages - 1) % kStages, kt + kStages - 1);
     cp_async_commit();
-    const bf16* ta = sa + (kt % kStages) * T::a_elems;
-    const bf16* tb = sb + (kt % kStages) * T::b_elems;
+    const bf16* ta = sa + (kt % kStages) * kAElems;
+    const bf16* tb = sb + (kt % kStages) * kBElems;
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
-      uint32_t af[T::mi][4], bfr[T::ni / 2][4];
+      uint32_t af[kMi][4], bfr[kNi / 2][4];
 #pragma unroll
-      for (int mi = 0; mi < T::mi; ++mi) {
-        int r = wm * kWarpRows + mi * 16 + (lane & 15);
+      for (int mi = 0; mi < kMi; ++mi) {
+        int r = mi * 16 + (lane & 15);
         ldsm_x4(af[mi], smem_u32(ta + swz(r, 2 * kk + (lane >> 4))));
       }
 #pragma unroll
-      for (int nj = 0; nj < T::ni / 2; ++nj) {  // ldmatrix.x4: two n8 tiles x k16 each
-        int r = wn * kWarpCols + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
+      for (int nj = 0; nj < kNi / 2; ++nj) {  // ldmatrix.x4: two n8 tiles x k16 each
+        int r = warp * kWarpCols + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
         ldsm_x4(bfr[nj], smem_u32(tb + swz(r, 2 * kk + ((lane >> 3) & 1))));
       }
 #pragma unroll
-      for (int mi = 0; mi < T::mi; ++mi)
+      for (int mi = 0; mi < kMi; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < T::ni; ++ni)
+        for (int ni = 0; ni < kNi; ++ni)
           mma_bf16(acc[mi][ni], af[mi], bfr[ni / 2][(ni % 2) * 2], bfr[ni / 2][(ni % 2) * 2 + 1]);
     }
   }
@@ -120,14 +109,14 @@ __global__ void __launch_bounds__(kThreads, 3) moe_grouped_gemm_kernel(MoeGroupe
   bf16* c = static_cast<bf16*>(p.c);
   const int g = lane / 4, t4 = lane % 4;
 #pragma unroll
-  for (int mi = 0; mi < T::mi; ++mi)
+  for (int mi = 0; mi < kMi; ++mi)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      int r = row0 + wm * kWarpRows + mi * 16 + g + 8 * h;
+      int r = row0 + mi * 16 + g + 8 * h;
       if (r >= row_end) continue;
 #pragma unroll
-      for (int ni = 0; ni < T::ni; ++ni) {
-        int col = n0 + wn * kWarpCols + ni * 8 + 2 * t4;
+      for (int ni = 0; ni < kNi; ++ni) {
+        int col = n0 + warp * kWarpCols + ni * 8 + 2 * t4;
         if (col >= p.N) continue;
         bf16* dst = c + int64_t(r) * p.ldc + col;
         float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
@@ -139,16 +128,15 @@ __global__ void __launch_bounds__(kThreads, 3) moe_grouped_gemm_kernel(MoeGroupe
     }
 }
 
-template <int kBM>
-void launch_tiles(const MoeGroupedGemmParams& p, cudaStream_t stream) {
+void launch_narrow(const MoeGroupedGemmParams& p, cudaStream_t stream) {
   static bool configured = false;  // one device per process here, as the other kernels assume
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(moe_grouped_gemm_kernel<kBM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(Tile<kBM>::smem_bytes)));
+    CUDA_CHECK(
+        cudaFuncSetAttribute(moe_grouped_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     configured = true;
   }
   dim3 grid(unsigned((p.N + kBN - 1) / kBN), unsigned(moe_tiles::max_row_tiles(p.max_rows, p.num_experts, kBM)));
-  launch_pdl(moe_grouped_gemm_kernel<kBM>, grid, kThreads, Tile<kBM>::smem_bytes, stream, p);
+  launch_pdl(moe_grouped_gemm_kernel, grid, kThreads, kSmemBytes, stream, p);
 }
 
 }  // namespace
@@ -175,7 +163,7 @@ void launch_moe_grouped_gemm(const MoeGroupedGemmParams& p, cudaStream_t stream)
     if (q.lda == 0) q.lda = q.K;
     launch_moe_grouped_gemm_wgmma(q, stream);
   } else {
-    launch_tiles<32>(p, stream);
+    launch_narrow(p, stream);
   }
 }
 

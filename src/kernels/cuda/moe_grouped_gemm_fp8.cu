@@ -1,0 +1,229 @@
+// FP8 grouped expert GEMM (moe_grouped_gemm_fp8.h) on mma.sync m16n8k32 e4m3, and the SiLU-and-mul
+// that quantizes its result for the down GEMM.
+//
+// Tiles: as the BF16 narrow kernel (moe_grouped_gemm.cu), 32 rows x 128 columns of one expert, 8
+// warps of 32 x 16. A stage is one 128-wide K-block (128 bytes a row, the same swizzled layout as a
+// BF16 stage of 64) plus its scales: the 32 rows' activation scales and the tile's one weight scale
+// (128 columns are one weight block). Each stage's MMAs start from zero, and the block's sum is
+// added to the fp32 accumulators times the two scales: the tensor cores never sum across blocks.
+// The kernel streams weights: at decode sizes an expert has a row or two, and the 32-row tile is
+// what keeps mma.sync's shape while each weight byte is read once for all of the expert's rows.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/mma_primitives.cuh"
+#include "kernels/cuda/moe_grouped_gemm.h"
+#include "kernels/cuda/moe_grouped_gemm_fp8.h"
+#include "kernels/cuda/moe_grouped_tiles.cuh"
+#include "kernels/cuda/pdl.cuh"
+
+namespace mlaserve::cuda {
+
+namespace {
+
+using namespace mma;
+
+constexpr int kBM = 32, kBN = 128, kBK = 128, kStages = 4;  // kBK: e4m3 values (bytes) a K-block
+constexpr int kWarps = 8, kThreads = kWarps * 32;
+constexpr int kABytes = kBM * kBK, kBBytes = kBN * kBK;
+// A stage: the A tile, the B tile, then kBM activation scales and the weight scale (padded).
+constexpr int kStageBytes = kABytes + kBBytes + 256;
+constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes;
+static_assert(kBK * 2 == moe_tiles::kBK * 4, "a K-block row is one 128-byte swizzle row");
+static_assert(kThreads == kBM * 8, "one A chunk a thread");
+
+// Byte offset of 16-byte chunk `chunk` of row `row` (moe_tiles::swz counts 2-byte elements).
+__device__ __forceinline__ int swz_bytes(int row, int chunk) { return 2 * moe_tiles::swz(row, chunk); }
+
+// Two blocks an SM (the shared memory of two rings).
+template <bool kF32Out>
+__global__ void __launch_bounds__(kThreads, 2) moe_grouped_gemm_fp8_kernel(MoeFp8GemmParams p) {
+  pdl_wait_and_trigger();
+  extern __shared__ __align__(128) uint8_t smem[];
+  int expert, row0, row_end;
+  if (!moe_tiles::find_tile<kBM, kThreads>(p.offsets, p.num_experts, int(blockIdx.y), expert, row0, row_end)) return;
+  const int n0 = int(blockIdx.x) * kBN;
+  const bool hi = p.w_hi != nullptr && n0 >= p.n_split;
+  const uint8_t* w = static_cast<const uint8_t*>(hi ? p.w_hi[expert] : p.w[expert]);
+  const int w_row0 = hi ? n0 - p.n_split : n0;
+  const int KB = p.K / kBK;
+  const float* w_scale = (hi ? p.w_hi_scale[expert] : p.w_scale[expert]) + int64_t(w_row0 / kBN) * p.ld_w_scale;
+  const int kb_begin = int(blockIdx.z) * KB / p.k_splits, kb_end = (int(blockIdx.z) + 1) * KB / p.k_splits;
+  const uint8_t* a = static_cast<const uint8_t*>(p.a);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+
+  // The rows this thread copies: A row tid / 8 (chunk tid % 8), and scale row tid (tid < kBM).
+  auto source_row = [&](int r) -> int64_t {
+    int ar = row0 + r;
+    if (ar >= row_end) return -1;
+    return p.a_rows ? p.a_rows[ar] / p.a_rows_div : ar;
+  };
+  const int64_t a_src = source_row(tid / 8), s_src = tid < kBM ? source_row(tid) : -1;
+  const uint8_t* a_ptr = a_src >= 0 ? a + a_src * p.lda + (tid % 8) * 16 : a;
+  const float* as_ptr = s_src >= 0 ? p.a_scale + s_src * p.ld_a_scale : p.a_scale;
+
+  auto load_stage = [&](int stage, int kb) {
+    uint8_t* st = smem + stage * kStageBytes;
+    const int k0 = kb * kBK;
+    cp_async16(smem_u32(st + swz_bytes(tid / 8, tid % 8)), a_ptr + (a_src >= 0 ? k0 : 0), a_src >= 0);
+#pragma unroll
+    for (int j = 0; j < kBN * 8 / kThreads; ++j) {  // every weight row of the tile exists (N % 128 == 0)
+      int i = tid + j * kThreads, r = i / 8, ch = i % 8;
+      cp_async16(smem_u32(st + kABytes + swz_bytes(r, ch)), w + int64_t(w_row0 + r) * p.K + k0 + ch * 16, true);
+    }
+    float* scales = reinterpret_cast<float*>(st + kABytes + kBBytes);
+    if (tid < kBM)
+      cp_async4(smem_u32(scales + tid), as_ptr + (s_src >= 0 ? kb : 0), s_src >= 0);
+    else if (tid == kBM)
+      cp_async4(smem_u32(scales + kBM), w_scale + kb, true);
+  };
+
+  float acc[2][2][4] = {};  // [m16 tile][n8 tile][fragment]
+  const int g = lane / 4, t4 = lane % 4;
+  const int k_tiles = kb_end - kb_begin;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_stage(s, kb_begin + s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage kt is in; every warp is done with the stage refilled below
+    if (kt + kStages - 1 < k_tiles) load_stage((kt + kStages - 1) % kStages, kb_begin + kt + kStages - 1);
+    cp_async_commit();
+    const uint8_t* st = smem + (kt % kStages) * kStageBytes;
+    float part[2][2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kBK / 32; ++kk) {
+      uint32_t af[2][4], bfr[4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+        ldsm_x4(af[mi], smem_u32(st + swz_bytes(mi * 16 + (lane & 15), 2 * kk + (lane >> 4))));
+      ldsm_x4(bfr, smem_u32(st + kABytes +
+                            swz_bytes(warp * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * kk + ((lane >> 3) & 1))));
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni) mma_e4m3(part[mi][ni], af[mi], bfr[2 * ni], bfr[2 * ni + 1]);
+    }
+    const float* scales = reinterpret_cast<const float*>(st + kABytes + kBBytes);
+    const float ws = scales[kBM];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float s = scales[mi * 16 + g + 8 * h] * ws;
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni) {
+          acc[mi][ni][2 * h] = fmaf(part[mi][ni][2 * h], s, acc[mi][ni][2 * h]);
+          acc[mi][ni][2 * h + 1] = fmaf(part[mi][ni][2 * h + 1], s, acc[mi][ni][2 * h + 1]);
+        }
+      }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + mi * 16 + g + 8 * h;
+      if (r >= row_end) continue;
+#pragma unroll
+      for (int ni = 0; ni < 2; ++ni) {
+        const int64_t at = int64_t(r) * p.ldc + n0 + warp * 16 + ni * 8 + 2 * t4;
+        const float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+        if constexpr (kF32Out)
+          *reinterpret_cast<float2*>(static_cast<float*>(p.c) + int64_t(blockIdx.z) * p.split_stride + at) =
+              make_float2(v0, v1);
+        else
+          *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.c) + at) = pack_bf16(v0, v1);
+      }
+    }
+}
+
+constexpr int kQuantWarps = 8;
+constexpr float kE4m3Max = 448.0f, kMinAmax = 1e-10f;
+
+// One warp a (row, 128 columns): four columns a lane.
+__global__ void __launch_bounds__(kQuantWarps * 32)
+    silu_mul_quant_kernel(const float* gu, int64_t split_stride, int splits, int I, const int32_t* count, uint8_t* act,
+                          float* act_scale) {
+  pdl_wait_and_trigger();
+  const int G = I / 128;
+  const int64_t item = int64_t(blockIdx.x) * kQuantWarps + threadIdx.x / 32;
+  const int64_t r = item / G;
+  if (r >= *count) return;
+  const int grp = int(item - r * G), lane = threadIdx.x % 32, col = grp * 128 + lane * 4;
+  float4 gs = make_float4(0.f, 0.f, 0.f, 0.f), us = gs;
+  for (int z = 0; z < splits; ++z) {
+    const float* row = gu + z * split_stride + r * 2 * I;
+    float4 gz = *reinterpret_cast<const float4*>(row + col), uz = *reinterpret_cast<const float4*>(row + I + col);
+    gs.x += gz.x, gs.y += gz.y, gs.z += gz.z, gs.w += gz.w;
+    us.x += uz.x, us.y += uz.y, us.z += uz.z, us.w += uz.w;
+  }
+  auto silu_mul = [](float x, float u) { return x / (1.0f + expf(-x)) * u; };
+  float v[4] = {silu_mul(gs.x, us.x), silu_mul(gs.y, us.y), silu_mul(gs.z, us.z), silu_mul(gs.w, us.w)};
+  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float s = fmaxf(amax, kMinAmax) / kE4m3Max;
+  if (lane == 0) act_scale[r * G + grp] = s;
+  uint32_t packed = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)  // IEEE division as the reference quantization
+    packed |= uint32_t(__nv_cvt_float_to_fp8(__fdiv_rn(v[j], s), __NV_SATFINITE, __NV_E4M3)) << (8 * j);
+  *reinterpret_cast<uint32_t*>(act + r * I + col) = packed;
+}
+
+template <bool kF32Out>
+void launch_tiles(const MoeFp8GemmParams& p, cudaStream_t stream) {
+  static bool configured = false;  // one device per process here, as the other kernels assume
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(moe_grouped_gemm_fp8_kernel<kF32Out>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(kSmemBytes)));
+    configured = true;
+  }
+  dim3 grid(unsigned(p.N / kBN), unsigned(moe_tiles::max_row_tiles(p.max_rows, p.num_experts, kBM)),
+            unsigned(p.k_splits));
+  launch_pdl(moe_grouped_gemm_fp8_kernel<kF32Out>, grid, kThreads, kSmemBytes, stream, p);
+}
+
+}  // namespace
+
+bool moe_grouped_gemm_fp8_fits(const MoeFp8GemmParams& p) {
+  return p.N % kBN == 0 && p.K % kBK == 0 && p.n_split % kBN == 0 && p.n_split > 0 && p.lda > 0 && p.lda % 16 == 0 &&
+         p.ld_a_scale > 0 && p.ld_w_scale >= p.K / kBK && reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
+         p.ldc % 2 == 0 && p.num_experts > 0 && p.num_experts <= kMoeGroupedMaxExperts && p.k_splits >= 1 &&
+         p.k_splits <= p.K / kBK && (p.k_splits == 1 || p.c_f32) && (p.a_rows == nullptr || p.a_rows_div > 0);
+}
+
+int32_t moe_fp8_k_splits(const MoeFp8GemmParams& p, int num_sms) {
+  const int64_t tiles = std::max<int64_t>(1, p.N / kBN * moe_tiles::max_row_tiles(p.max_rows, p.num_experts, kBM));
+  const int64_t want = (2 * int64_t(num_sms) + tiles - 1) / tiles;
+  return int32_t(std::max<int64_t>(1, std::min<int64_t>(want, p.K / kBK / 4)));
+}
+
+void launch_moe_grouped_gemm_fp8(const MoeFp8GemmParams& p, cudaStream_t stream) {
+  MLA_CHECK(moe_grouped_gemm_fp8_fits(p),
+            "moe FP8 grouped GEMM: N={} K={} n_split={} lda={} E={} splits={} outside its "
+            "limits",
+            p.N, p.K, p.n_split, p.lda, p.num_experts, p.k_splits);
+  if (p.max_rows <= 0) return;
+  if (p.c_f32)
+    launch_tiles<true>(p, stream);
+  else
+    launch_tiles<false>(p, stream);
+}
+
+void launch_moe_silu_mul_quant(const float* gu, int64_t split_stride, int32_t splits, int32_t I, const int32_t* count,
+                               int32_t max_rows, void* act, float* act_scale, cudaStream_t stream) {
+  MLA_CHECK(I % 128 == 0, "moe SiLU-and-mul quantization: I={} is not a multiple of 128", I);
+  const int64_t items = int64_t(max_rows) * (I / 128);
+  if (items == 0) return;
+  launch_pdl(silu_mul_quant_kernel, unsigned((items + kQuantWarps - 1) / kQuantWarps), kQuantWarps * 32, 0, stream, gu,
+             split_stride, int(splits), int(I), count, static_cast<uint8_t*>(act), act_scale);
+}
+
+}  // namespace mlaserve::cuda
