@@ -156,8 +156,8 @@ void MoeRunner::run_fp8(const Experts& ex, const void* const* dptr, int32_t E, c
                            .a_rows_div = k, .offsets = offsets, .w = dptr, .w_scale = scales, .w_hi = dptr + E,
                            .w_hi_scale = scales + E, .ld_w_scale = ex.gate_up_scale_ld, .c = nullptr,
                            .ldc = 2 * int64_t(I), .split_stride = int64_t(P) * 2 * I, .c_f32 = true, .k_splits = 1,
-                           .max_rows = P, .num_experts = E, .N = 2 * I, .K = H, .n_split = I};
-  gate_up.k_splits = moe_fp8_k_splits(gate_up, st_->num_sms);
+                           .n_tiles_per_block = 1, .max_rows = P, .num_experts = E, .N = 2 * I, .K = H, .n_split = I};
+  plan_moe_grouped_gemm_fp8(gate_up, st_->num_sms, /*allow_k_splits=*/true);
   gate_up.c = st_->gu.ensure(size_t(gate_up.k_splits) * gate_up.split_stride * 4);
   auto act = st_->act.ensure(size_t(P) * I);
   auto act_scale = static_cast<float*>(st_->act_scale.ensure(size_t(P) * GI * 4));
@@ -165,7 +165,9 @@ void MoeRunner::run_fp8(const Experts& ex, const void* const* dptr, int32_t E, c
                         .a_rows_div = 1, .offsets = offsets, .w = dptr + 2 * E, .w_scale = scales + 2 * E,
                         .w_hi = nullptr, .w_hi_scale = nullptr, .ld_w_scale = ex.down_scale_ld,
                         .c = st_->y.ensure(size_t(P) * H * 2), .ldc = H, .split_stride = 0, .c_f32 = false,
-                        .k_splits = 1, .max_rows = P, .num_experts = E, .N = H, .K = I, .n_split = H};
+                        .k_splits = 1, .n_tiles_per_block = 1, .max_rows = P, .num_experts = E, .N = H, .K = I,
+                        .n_split = H};
+  plan_moe_grouped_gemm_fp8(down, st_->num_sms, /*allow_k_splits=*/false);
   launch_moe_grouped_gemm_fp8(gate_up, stream);
   launch_moe_silu_mul_quant(static_cast<const float*>(gate_up.c), gate_up.split_stride, gate_up.k_splits, I,
                             offsets + E, P, act, act_scale, stream);

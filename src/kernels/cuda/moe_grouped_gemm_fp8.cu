@@ -44,13 +44,16 @@ __global__ void __launch_bounds__(kThreads, 2) moe_grouped_gemm_fp8_kernel(MoeFp
   extern __shared__ __align__(128) uint8_t smem[];
   int expert, row0, row_end;
   if (!moe_tiles::find_tile<kBM, kThreads>(p.offsets, p.num_experts, int(blockIdx.y), expert, row0, row_end)) return;
-  const int n0 = int(blockIdx.x) * kBN;
-  const bool hi = p.w_hi != nullptr && n0 >= p.n_split;
-  const uint8_t* w = static_cast<const uint8_t*>(hi ? p.w_hi[expert] : p.w[expert]);
-  const int w_row0 = hi ? n0 - p.n_split : n0;
   const int KB = p.K / kBK;
-  const float* w_scale = (hi ? p.w_hi_scale[expert] : p.w_scale[expert]) + int64_t(w_row0 / kBN) * p.ld_w_scale;
   const int kb_begin = int(blockIdx.z) * KB / p.k_splits, kb_end = (int(blockIdx.z) + 1) * KB / p.k_splits;
+  const int k_tiles = kb_end - kb_begin;
+  // This block's column tiles: n_tile_first and the ones after it, each over the block's K range.
+  const int n_tile_first = int(blockIdx.x) * p.n_tiles_per_block;
+  const int n_tiles = min(p.n_tiles_per_block, p.N / kBN - n_tile_first), steps = n_tiles * k_tiles;
+  const uint8_t* w_lo = static_cast<const uint8_t*>(p.w[expert]);
+  const uint8_t* w_hi = p.w_hi ? static_cast<const uint8_t*>(p.w_hi[expert]) : nullptr;
+  const float* s_lo = p.w_scale[expert];
+  const float* s_hi = p.w_hi ? p.w_hi_scale[expert] : nullptr;
   const uint8_t* a = static_cast<const uint8_t*>(p.a);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
@@ -64,45 +67,78 @@ __global__ void __launch_bounds__(kThreads, 2) moe_grouped_gemm_fp8_kernel(MoeFp
   const uint8_t* a_ptr = a_src >= 0 ? a + a_src * p.lda + (tid % 8) * 16 : a;
   const float* as_ptr = s_src >= 0 ? p.a_scale + s_src * p.ld_a_scale : p.a_scale;
 
-  auto load_stage = [&](int stage, int kb) {
+  // Stages load K-block by K-block through the column tiles in turn; (load_nt, load_kb) is the
+  // next one (counters, not divisions: this kernel is bound by its instruction issue).
+  int load_nt = n_tile_first, load_kb = kb_begin;
+  const int b_dst = kABytes + swz_bytes(tid / 8, tid % 8);  // rows r and r + 32 share their swizzle
+  const int64_t b_src = int64_t(tid / 8) * p.K + (tid % 8) * 16;
+  auto load_next = [&](int stage) {
     uint8_t* st = smem + stage * kStageBytes;
-    const int k0 = kb * kBK;
+    const int n0 = load_nt * kBN, kb = load_kb, k0 = kb * kBK;
+    const bool hi = w_hi != nullptr && n0 >= p.n_split;
+    const int w_row0 = hi ? n0 - p.n_split : n0;
+    const uint8_t* w = (hi ? w_hi : w_lo) + int64_t(w_row0) * p.K + k0 + b_src;
     cp_async16(smem_u32(st + swz_bytes(tid / 8, tid % 8)), a_ptr + (a_src >= 0 ? k0 : 0), a_src >= 0);
 #pragma unroll
-    for (int j = 0; j < kBN * 8 / kThreads; ++j) {  // every weight row of the tile exists (N % 128 == 0)
-      int i = tid + j * kThreads, r = i / 8, ch = i % 8;
-      cp_async16(smem_u32(st + kABytes + swz_bytes(r, ch)), w + int64_t(w_row0 + r) * p.K + k0 + ch * 16, true);
-    }
+    for (int j = 0; j < kBN * 8 / kThreads; ++j)  // every weight row of the tile exists (N % 128 == 0)
+      cp_async16(smem_u32(st + b_dst + j * (kThreads / 8) * kBK), w + int64_t(j) * (kThreads / 8) * p.K, true);
     float* scales = reinterpret_cast<float*>(st + kABytes + kBBytes);
     if (tid < kBM)
       cp_async4(smem_u32(scales + tid), as_ptr + (s_src >= 0 ? kb : 0), s_src >= 0);
     else if (tid == kBM)
-      cp_async4(smem_u32(scales + kBM), w_scale + kb, true);
+      cp_async4(smem_u32(scales + kBM), (hi ? s_hi : s_lo) + int64_t(w_row0 / kBN) * p.ld_w_scale + kb, true);
+    if (++load_kb == kb_end) load_kb = kb_begin, ++load_nt;
   };
 
   float acc[2][2][4] = {};  // [m16 tile][n8 tile][fragment]
   const int g = lane / 4, t4 = lane % 4;
-  const int k_tiles = kb_end - kb_begin;
+  // acc[mi][ni]: rows g and g + 8 of the m16 tile, columns 2 t4 and 2 t4 + 1 of the n8 tile.
+  auto store_tile = [&](int n0) {
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row0 + mi * 16 + g + 8 * h;
+        if (r >= row_end) continue;
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni) {
+          const int64_t at = int64_t(r) * p.ldc + n0 + warp * 16 + ni * 8 + 2 * t4;
+          const float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+          if constexpr (kF32Out)
+            *reinterpret_cast<float2*>(static_cast<float*>(p.c) + int64_t(blockIdx.z) * p.split_stride + at) =
+                make_float2(v0, v1);
+          else
+            *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.c) + at) = pack_bf16(v0, v1);
+        }
+      }
+  };
+
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < k_tiles) load_stage(s, kb_begin + s);
+    if (s < steps) load_next(s);
     cp_async_commit();
   }
-  for (int kt = 0; kt < k_tiles; ++kt) {
+  // ldmatrix addresses: a fragment row's swizzle is lane % 8 in both tiles (rows 16 mi + lane % 16
+  // of A, 16 warp + ... of B), so only the chunk varies with kk.
+  const uint32_t a_row = smem_u32(smem) + (lane & 15) * kBK, a_hi = lane >> 4;
+  const uint32_t b_row = smem_u32(smem) + kABytes + (warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * kBK,
+                 b_hi = (lane >> 3) & 1;
+  int tile_kb = 0, tile_nt = n_tile_first;  // K-blocks summed so far into acc, and its column tile
+  for (int step = 0; step < steps; ++step) {
     cp_async_wait<kStages - 2>();
-    __syncthreads();  // stage kt is in; every warp is done with the stage refilled below
-    if (kt + kStages - 1 < k_tiles) load_stage((kt + kStages - 1) % kStages, kb_begin + kt + kStages - 1);
+    __syncthreads();  // stage `step` is in; every warp is done with the stage refilled below
+    if (step + kStages - 1 < steps) load_next((step + kStages - 1) % kStages);
     cp_async_commit();
-    const uint8_t* st = smem + (kt % kStages) * kStageBytes;
+    const uint32_t stage_off = (step % kStages) * kStageBytes;
+    const uint8_t* st = smem + stage_off;
     float part[2][2][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kBK / 32; ++kk) {
       uint32_t af[2][4], bfr[4];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
-        ldsm_x4(af[mi], smem_u32(st + swz_bytes(mi * 16 + (lane & 15), 2 * kk + (lane >> 4))));
-      ldsm_x4(bfr, smem_u32(st + kABytes +
-                            swz_bytes(warp * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * kk + ((lane >> 3) & 1))));
+        ldsm_x4(af[mi], a_row + stage_off + mi * 16 * kBK + (((2 * kk + a_hi) ^ (lane & 7)) << 4));
+      ldsm_x4(bfr, b_row + stage_off + (((2 * kk + b_hi) ^ (lane & 7)) << 4));
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -121,26 +157,18 @@ __global__ void __launch_bounds__(kThreads, 2) moe_grouped_gemm_fp8_kernel(MoeFp
           acc[mi][ni][2 * h + 1] = fmaf(part[mi][ni][2 * h + 1], s, acc[mi][ni][2 * h + 1]);
         }
       }
+    if (++tile_kb == k_tiles) {  // the column tile's K range is summed
+      store_tile(tile_nt * kBN);
+      tile_kb = 0, ++tile_nt;
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
+    }
   }
   cp_async_wait<0>();
-
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = row0 + mi * 16 + g + 8 * h;
-      if (r >= row_end) continue;
-#pragma unroll
-      for (int ni = 0; ni < 2; ++ni) {
-        const int64_t at = int64_t(r) * p.ldc + n0 + warp * 16 + ni * 8 + 2 * t4;
-        const float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
-        if constexpr (kF32Out)
-          *reinterpret_cast<float2*>(static_cast<float*>(p.c) + int64_t(blockIdx.z) * p.split_stride + at) =
-              make_float2(v0, v1);
-        else
-          *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.c) + at) = pack_bf16(v0, v1);
-      }
-    }
 }
 
 constexpr int kQuantWarps = 8;
@@ -185,8 +213,8 @@ void launch_tiles(const MoeFp8GemmParams& p, cudaStream_t stream) {
                                     int(kSmemBytes)));
     configured = true;
   }
-  dim3 grid(unsigned(p.N / kBN), unsigned(moe_tiles::max_row_tiles(p.max_rows, p.num_experts, kBM)),
-            unsigned(p.k_splits));
+  dim3 grid(unsigned((p.N / kBN + p.n_tiles_per_block - 1) / p.n_tiles_per_block),
+            unsigned(moe_tiles::max_row_tiles(p.max_rows, p.num_experts, kBM)), unsigned(p.k_splits));
   launch_pdl(moe_grouped_gemm_fp8_kernel<kF32Out>, grid, kThreads, kSmemBytes, stream, p);
 }
 
@@ -196,13 +224,20 @@ bool moe_grouped_gemm_fp8_fits(const MoeFp8GemmParams& p) {
   return p.N % kBN == 0 && p.K % kBK == 0 && p.n_split % kBN == 0 && p.n_split > 0 && p.lda > 0 && p.lda % 16 == 0 &&
          p.ld_a_scale > 0 && p.ld_w_scale >= p.K / kBK && reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
          p.ldc % 2 == 0 && p.num_experts > 0 && p.num_experts <= kMoeGroupedMaxExperts && p.k_splits >= 1 &&
-         p.k_splits <= p.K / kBK && (p.k_splits == 1 || p.c_f32) && (p.a_rows == nullptr || p.a_rows_div > 0);
+         p.k_splits <= p.K / kBK && (p.k_splits == 1 || p.c_f32) && p.n_tiles_per_block >= 1 &&
+         (p.a_rows == nullptr || p.a_rows_div > 0);
 }
 
-int32_t moe_fp8_k_splits(const MoeFp8GemmParams& p, int num_sms) {
-  const int64_t tiles = std::max<int64_t>(1, p.N / kBN * moe_tiles::max_row_tiles(p.max_rows, p.num_experts, kBM));
-  const int64_t want = (2 * int64_t(num_sms) + tiles - 1) / tiles;
-  return int32_t(std::max<int64_t>(1, std::min<int64_t>(want, p.K / kBK / 4)));
+void plan_moe_grouped_gemm_fp8(MoeFp8GemmParams& p, int num_sms, bool allow_k_splits) {
+  const int64_t col_tiles = p.N / kBN,
+                tiles = std::max<int64_t>(1, col_tiles * moe_tiles::max_row_tiles(p.max_rows, p.num_experts, kBM));
+  const int64_t want_blocks = 2 * int64_t(num_sms), k_blocks = p.K / kBK;
+  p.k_splits = 1;
+  if (allow_k_splits && tiles < want_blocks)
+    p.k_splits = int32_t(std::max<int64_t>(1, std::min((want_blocks + tiles - 1) / tiles, k_blocks / 4)));
+  const int64_t steps = k_blocks / p.k_splits;
+  p.n_tiles_per_block =
+      int32_t(std::clamp<int64_t>(std::min((16 + steps - 1) / steps, tiles / want_blocks), 1, col_tiles));
 }
 
 void launch_moe_grouped_gemm_fp8(const MoeFp8GemmParams& p, cudaStream_t stream) {

@@ -38,7 +38,8 @@ struct MoeFp8GemmParams {
   int64_t ldc, split_stride;
   bool c_f32;
   int32_t k_splits;
-  int32_t max_rows;  // an upper bound of offsets[E] (sizes the grid)
+  int32_t n_tiles_per_block;  // 128-column tiles a block runs in turn (grid.x covers N / 128 by these)
+  int32_t max_rows;           // an upper bound of offsets[E] (sizes the grid)
   int32_t num_experts, N, K, n_split;
 };
 
@@ -49,9 +50,11 @@ struct MoeFp8GemmParams {
 bool moe_grouped_gemm_fp8_fits(const MoeFp8GemmParams& p);
 void launch_moe_grouped_gemm_fp8(const MoeFp8GemmParams& p, cudaStream_t stream);
 
-// How many K ranges make p's launch fill the device: enough blocks for two an SM (counting the
-// row tiles p.max_rows may need), each range at least 4 K-blocks.
-int32_t moe_fp8_k_splits(const MoeFp8GemmParams& p, int num_sms);
+// Sets p.k_splits (with allow_k_splits: enough K ranges that the launch fills the device, two
+// blocks an SM counting the row tiles p.max_rows may need, each range at least 4 K-blocks) and
+// p.n_tiles_per_block (where blocks are many and K short, as the down GEMM's: several column tiles
+// a block, so each block streams at least 16 K-blocks of weights after finding its rows).
+void plan_moe_grouped_gemm_fp8(MoeFp8GemmParams& p, int num_sms, bool allow_k_splits);
 
 // The activation between the expert GEMMs, quantized for the down GEMM: for rows r < *count,
 //   act[r, n] = e4m3(silu(g) * u / s),  act_scale[r, n / 128] = s = max(amax of the 128, 1e-10) / 448
