@@ -10,7 +10,9 @@
 //    per-expert row counts on the device, so decode batches of any size can be graph-captured;
 //    shapes the grouped GEMM does not take (or `grouped_gemm` off) use cuBLASLt GEMMs per expert,
 //    spread over a few streams, after a host sync for the counts.
-// Expert weights are read through device arrays of per-expert pointers (no stacked copy).
+// FP8 experts (e4m3 with 128 x 128 block scales) always take the sorted path, through the FP8
+// grouped GEMM (moe_grouped_gemm_fp8.h). Expert weights are read through device arrays of
+// per-expert pointers (no stacked copy).
 #pragma once
 
 #include <cuda_runtime.h>

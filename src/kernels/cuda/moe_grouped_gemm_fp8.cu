@@ -8,6 +8,9 @@
 // added to the fp32 accumulators times the two scales: the tensor cores never sum across blocks.
 // The kernel streams weights: at decode sizes an expert has a row or two, and the 32-row tile is
 // what keeps mma.sync's shape while each weight byte is read once for all of the expert's rows.
+// Where K is short (down: K = I) a block runs several column tiles in turn through one pipeline, so
+// that finding its rows and filling the ring pay off; where rows are few (gate/up at decode) grid.z
+// splits K instead (plan_moe_grouped_gemm_fp8).
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -242,9 +245,8 @@ void plan_moe_grouped_gemm_fp8(MoeFp8GemmParams& p, int num_sms, bool allow_k_sp
 
 void launch_moe_grouped_gemm_fp8(const MoeFp8GemmParams& p, cudaStream_t stream) {
   MLA_CHECK(moe_grouped_gemm_fp8_fits(p),
-            "moe FP8 grouped GEMM: N={} K={} n_split={} lda={} E={} splits={} outside its "
-            "limits",
-            p.N, p.K, p.n_split, p.lda, p.num_experts, p.k_splits);
+            "moe FP8 grouped GEMM: N={} K={} n_split={} lda={} E={} splits={} outside its limits", p.N, p.K, p.n_split,
+            p.lda, p.num_experts, p.k_splits);
   if (p.max_rows <= 0) return;
   if (p.c_f32)
     launch_tiles<true>(p, stream);

@@ -1,5 +1,6 @@
-// What both grouped expert GEMM kernels (moe_grouped_gemm.cu: mma.sync, moe_grouped_gemm_wgmma.cu)
-// share: the shared-memory tile layout and the search that gives a block its expert and rows.
+// What the grouped expert GEMM kernels (moe_grouped_gemm.cu: mma.sync, moe_grouped_gemm_wgmma.cu,
+// moe_grouped_gemm_fp8.cu) share: the shared-memory tile layout and the search that gives a block
+// its expert and rows.
 #pragma once
 
 #include <cstdint>
