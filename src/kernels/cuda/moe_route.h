@@ -1,4 +1,4 @@
-// MoE router on the device: scores, group limiting and a fused top-k, one warp per token.
+// MoE router on the device: scores, group limiting and a fused top-k, one block per token.
 // Semantics are exactly CpuBackend::moe_route (ties go to the lower expert index; experts of
 // dropped groups become -inf).
 #pragma once
@@ -9,7 +9,7 @@
 
 namespace mlaserve::cuda {
 
-// The kernel keeps a token's scores in registers: 8 per lane.
+// One thread per expert.
 constexpr int kRouteMaxExperts = 256;
 constexpr int kRouteMaxTopk = 32;  // top_k + num_fused_shared: one lane writes each slot
 constexpr int kRouteMaxGroups = 32;
