@@ -251,10 +251,10 @@ TEST_F(Moe, Fp8ExpertsMatchTheReference) {
       Tensor out = poisoned(gpu, DType::BF16, {T, c.H});
       gpu.moe_experts(xd, ids_d, w_d, dev, out);
       Tensor got = gpu.to_host(out);
-      // Both sides quantize the activations; the device's BF16 output and fp32 sums in another
-      // order move a value across an e4m3 rounding step now and then.
+      // The SiLU output, summed in another order, crosses an e4m3 rounding step now and then before
+      // down; then the BF16 output. Measured 2.4e-3 at worst.
       double err = rel_l2(got, want);
-      EXPECT_LE(err, 2e-2) << "E=" << c.E << " H=" << c.H << " I=" << c.I << " T=" << T;
+      EXPECT_LE(err, 1e-2) << "E=" << c.E << " H=" << c.H << " I=" << c.I << " T=" << T;
       worst = std::max(worst, err);
       Tensor again = poisoned(gpu, DType::BF16, {T, c.H});
       gpu.moe_experts(xd, ids_d, w_d, dev, again);
