@@ -4,8 +4,9 @@
 //   c[r, n] = a[r, :] · W_e[n, :]  for every row r in [offsets[e], offsets[e + 1]) of expert e,
 //
 // where a holds the (token, expert) pairs' activations sorted by expert (launch_moe_align and
-// launch_moe_gather, or on wide tiles the tokens read in place through a_rows). W_e comes from `w` or, for the columns n >= n_split, from `w_hi` at row
-// n - n_split: gate and up of one expert then run as one [2I, K] product into [gate | up].
+// launch_moe_gather, or on wide tiles the tokens read in place through a_rows). W_e comes from `w`
+// or, for the columns n >= n_split, from `w_hi` at row n - n_split: gate and up of one expert then
+// run as one [2I, K] product into [gate | up].
 // With silu_and_mul, W_e is gate (`w`) and up (`w_hi`) side by side and
 //
 //   c[r, n] = silu(a[r, :] · gate_e[n, :]) * (a[r, :] · up_e[n, :])   for n < N,
