@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/random.h"
+#include "config/quantization_flags.h"
 #include "engine/forward_batch.h"
 #include "engine/model_runner.h"
 #include "model/load_model.h"
@@ -30,6 +31,7 @@ struct OneBatchArgs {
   int num_layers = 0;  // > 0: cut the model to this many layers (for shapes too big to hold)
   bool disable_cuda_graph = false;
   bool disable_shared_experts_fusion = false;
+  std::string kv_cache_dtype = "auto";
   std::string result_file;
 };
 
@@ -39,23 +41,26 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 // Weight bytes one decode step of `batch` sequences reads: every dense weight once and, per MoE
 // layer, the experts the batch touches (expected count under uniform routing). Over the copy
-// bandwidth this is the step's floor.
-double decode_weight_bytes(const ModelConfig& c, int64_t batch, double elem_bytes) {
+// bandwidth this is the step's floor. BF16 weights, or with `fp8` the linears in e4m3 except those
+// the CUDA backend keeps in BF16: kv_a (576 rows, not whole blocks), W_UK / W_UV (kv_b, absorbed),
+// the router and lm_head.
+double decode_weight_bytes(const ModelConfig& c, int64_t batch, bool fp8) {
+  const double wide = 2.0, narrow = fp8 ? 1.0 : 2.0;
   double H = double(c.hidden_size), nh = double(c.num_attention_heads), L = double(c.kv_lora_rank);
   double qk = double(c.qk_head_dim()), r = double(c.qk_rope_head_dim), v = double(c.v_head_dim);
   double q = c.q_lora_rank > 0 ? H * double(c.q_lora_rank) + double(c.q_lora_rank) * nh * qk : H * nh * qk;
-  double attention = q + H * (L + r) + L * nh * (double(c.qk_nope_head_dim) + v) + nh * v * H;
+  double attention = (q + nh * v * H) * narrow + (H * (L + r) + L * nh * (double(c.qk_nope_head_dim) + v)) * wide;
   double E = double(c.n_routed_experts), k = double(c.num_experts_per_tok), I = double(c.moe_intermediate_size);
   double touched = E > 0 ? E * (1.0 - std::pow(1.0 - k / E, double(batch))) : 0.0;
-  double params = double(c.vocab_size) * H;  // lm_head
+  double bytes = double(c.vocab_size) * H * wide;  // lm_head
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    params += attention;
+    bytes += attention;
     if (c.is_moe_layer(l))
-      params += E * H + 3.0 * H * I * (double(c.n_shared_experts) + touched);
+      bytes += E * H * wide + 3.0 * H * I * (double(c.n_shared_experts) + touched) * narrow;
     else
-      params += 3.0 * H * double(c.intermediate_size);
+      bytes += 3.0 * H * double(c.intermediate_size) * narrow;
   }
-  return params * elem_bytes;
+  return bytes;
 }
 
 void run(const OneBatchArgs& a) {
@@ -68,14 +73,23 @@ void run(const OneBatchArgs& a) {
     config.num_nextn_predict_layers = 0;
   }
   MLA_CHECK(a.load.load_format == "dummy" || a.num_layers == 0, "--num-layers needs --load-format dummy");
+  check_kv_cache_dtype_flag(a.kv_cache_dtype);
+  check_quantization_flag(a.load.quantization);
   auto backend = make_backend(a.device);  // first: dummy weights are made on it
-  auto source = a.load.load_format == "dummy" ? make_dummy_source(config, a.load.seed, config.dtype, backend.get())
+  // The dummy source reads this config as it makes weights: the one without --quantization.
+  const ModelConfig stored = config;
+  auto source = a.load.load_format == "dummy" ? make_dummy_source(stored, a.load.seed, stored.dtype, backend.get())
                                               : open_checkpoint_source(a.load.model);
+  if (a.load.quantization == "fp8") {  // as load_model: quantized where the weights are (the GPU for dummies)
+    if (!config.quantization) config.quantization = QuantizationConfig{};
+    source = make_fp8_quantizing_source(std::move(source), config.quantization->block_n,
+                                        config.quantization->block_k, backend.get());
+  }
   ModelWeights weights = load_model_weights(config, *source);
   int max_bs = *std::max_element(a.batch_sizes.begin(), a.batch_sizes.end());
   int max_len = *std::max_element(a.input_lens.begin(), a.input_lens.end()) +
                 *std::max_element(a.output_lens.begin(), a.output_lens.end());
-  DType kv_dtype = backend->activation_dtype();
+  DType kv_dtype = kv_cache_dtype_for(a.kv_cache_dtype, backend->activation_dtype());
   ModelRunner runner(std::move(backend), config, std::move(weights), int64_t(max_bs) * max_len, kv_dtype,
                      {.fuse_shared_experts = !a.disable_shared_experts_fusion});
   Backend& ops = runner.backend();
@@ -123,13 +137,14 @@ void run(const OneBatchArgs& a) {
         // Whether the decode steps replayed a graph (a size may fail to capture: see DecodeGraphs).
         const std::vector<int>& sizes = runner.decode_graph_sizes();
         bool graph = std::find(sizes.begin(), sizes.end(), bs) != sizes.end();
-        double weight_bytes = decode_weight_bytes(config, bs, double(dtype_size(ops.activation_dtype())));
+        double weight_bytes = decode_weight_bytes(config, bs, config.quantization.has_value());
         std::printf("%-6d %-6d %-6d %12.4f %14.1f %14.3f %14.1f %10.3f %12.3f\n", bs, in_len, out_len, prefill,
                     double(bs) * in_len / prefill, median * 1e3, median > 0 ? bs / median : 0.0, total,
                     weight_bytes / 1e9);
         if (!a.result_file.empty()) {
           nlohmann::json j = {{"model", a.load.model}, {"device", a.device},
                               {"cuda_graph", graph}, {"shared_experts_fusion", !a.disable_shared_experts_fusion},
+                              {"kv_cache_dtype", dtype_name(kv_dtype)}, {"quantization", a.load.quantization},
                               {"num_layers", config.num_hidden_layers},
                               {"batch_size", bs}, {"input_len", in_len}, {"output_len", out_len},
                               {"prefill_latency_s", prefill}, {"prefill_throughput", double(bs) * in_len / prefill},
@@ -158,6 +173,8 @@ void register_bench_one_batch(CLI::App& app) {
   cmd->add_flag("--disable-cuda-graph", a->disable_cuda_graph, "Time eager decode steps (no CUDA graphs)");
   cmd->add_flag("--disable-shared-experts-fusion", a->disable_shared_experts_fusion,
                 "Run MoE shared experts as their own MLP, not as extra experts every token picks");
+  cmd->add_option("--quantization", a->load.quantization, "fp8: linear weights to FP8 128x128 blocks at load");
+  cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype, "auto | fp8_e4m3")->capture_default_str();
   cmd->add_option("--result-filename", a->result_file, "Append one JSON line per configuration");
   cmd->callback([a] { run(*a); });
 }

@@ -63,7 +63,7 @@ std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
 
 void run_generate(const GenerateArgs& a) {
   MLA_CHECK(a.max_new_tokens >= 0, "--max-new-tokens must not be negative");
-  check_kv_cache_dtype_flag(a.kv_cache_dtype, a.device);
+  check_kv_cache_dtype_flag(a.kv_cache_dtype);
   check_quantization_flag(a.load.quantization);
   AttentionForm form = a.attention_form == "mha"        ? AttentionForm::Mha
                        : a.attention_form == "absorbed" ? AttentionForm::Absorbed
@@ -144,7 +144,7 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--random-seed", args->load.seed, "Seed of dummy weights")->capture_default_str();
   cmd->add_option("--quantization", args->load.quantization, "fp8: linear weights to e4m3 in 128x128 blocks at load");
-  cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype, "auto | fp8_e4m3 (CPU)")->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype, "auto | fp8_e4m3")->capture_default_str();
   cmd->add_option("--input-ids", args->input_ids, "Prompt token ids, comma separated");
   cmd->add_option("--prompt", args->prompt, "Prompt text (encoded with BOS by the model's tokenizer)");
   cmd->add_option("--tokenizer-path", args->tokenizer_path, "Folder with tokenizer.json (for --prompt)");

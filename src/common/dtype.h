@@ -25,6 +25,8 @@ uint16_t f32_to_f16(float value);
 float e4m3_to_f32(uint8_t bits);
 uint8_t f32_to_e4m3(float value);  // round to nearest even, saturating to +-448
 constexpr float kE4m3Max = 448.0f;
+// The least amax a quantization group's scale is made from: an all-zero group gets zeros, not NaNs.
+constexpr float kFp8MinAmax = 1e-10f;
 
 // Reads element i of a float tensor of type t as fp32.
 float load_as_f32(const void* data, DType t, size_t i);

@@ -11,14 +11,11 @@ void check_quantization_flag(const std::string& q) {
             q);
 }
 
-void check_kv_cache_dtype_flag(const std::string& kv, const std::string& device) {
+void check_kv_cache_dtype_flag(const std::string& kv) {
   MLA_CHECK(kv != "fp8_e5m2",
             "--kv-cache-dtype fp8_e5m2 is not supported: the FP8 KV cache is e4m3 (--kv-cache-dtype fp8_e4m3)");
   MLA_CHECK(kv == "auto" || kv == "fp8_e4m3",
             "--kv-cache-dtype {}: expected auto (the activation dtype: fp32 on the CPU, bf16 on CUDA) or fp8_e4m3", kv);
-  MLA_CHECK(kv != "fp8_e4m3" || device != "cuda",
-            "--kv-cache-dtype fp8_e4m3 is not yet on CUDA (only the CPU backend reads an FP8 KV cache so far); "
-            "use auto with --device cuda");
 }
 
 DType kv_cache_dtype_for(const std::string& kv, DType activation_dtype) {

@@ -31,7 +31,7 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
                "Process each batch before launching the next (by default the next launches first)");
   cmd.add_flag("--enable-mixed-chunk", a.enable_mixed_chunk,
                "Run the decoding requests' next tokens in the same batch as a prefill chunk");
-  cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto (fp32 on the CPU, bf16 on CUDA) | fp8_e4m3 (CPU)")
+  cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto (fp32 on the CPU, bf16 on CUDA) | fp8_e4m3")
       ->capture_default_str();
   cmd.add_flag("--disable-shared-experts-fusion", a.disable_shared_experts_fusion,
                "Run MoE shared experts as their own MLP (by default batches of up to 256 tokens run them as "
@@ -51,7 +51,7 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
 
 void ServerArgs::validate() const {
   MLA_CHECK(device == "cpu" || device == "cuda", "--device '{}': expected cpu or cuda", device);
-  check_kv_cache_dtype_flag(kv_cache_dtype, device);
+  check_kv_cache_dtype_flag(kv_cache_dtype);
   check_quantization_flag(quantization);
   MLA_CHECK(schedule_policy == "fcfs" || schedule_policy == "lpm", "--schedule-policy '{}': expected fcfs or lpm",
             schedule_policy);

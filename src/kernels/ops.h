@@ -72,8 +72,8 @@ class Backend {
   // the CUDA backend copies it to the device, float matrices as BF16 (1-D F32 vectors such as
   // norms, biases and frequencies stay F32; index tensors keep their type).
   virtual Tensor to_backend(const Tensor& host) { return host; }
-  // A linear layer's weight as this backend's linear op takes it (CUDA: FP8 blocks dequantized
-  // to BF16 until the FP8 kernels land).
+  // A linear layer's weight as this backend's linear op takes it (CUDA: FP8 blocks stay FP8 where
+  // its GEMMs take them, else they are dequantized to BF16).
   virtual LinearWeight to_backend(const LinearWeight& w) { return w; }
   // A host copy (the CPU returns the tensor itself).
   virtual Tensor to_host(const Tensor& t) { return t; }
@@ -87,6 +87,12 @@ class Backend {
   // F16 tensor of this backend (rounded to nearest even): the dummy weights, made where they are
   // used. false: not done here (the CPU, whose host path is this very loop); t is left untouched.
   virtual bool fill_normal(Tensor& t, uint64_t stream, float mean, float stddev) { return false; }
+  // w [N, K], a matrix of this backend, quantized to e4m3 in block_n x block_k blocks with the
+  // codes and scales of the host's quantize_fp8_blocks (weights/fp8_block_quant.h), into a weight
+  // to_backend keeps as it is: --quantization fp8 of dummy weights made here. false: not done here.
+  virtual bool quantize_fp8_blocks(const Tensor& w, int64_t block_n, int64_t block_k, LinearWeight& out) {
+    return false;
+  }
 
   // Copies a host tensor into `dst`, a backend tensor of the same dtype and element count, in
   // the order of this backend's work (the host tensor may be dropped right after the call).

@@ -12,8 +12,9 @@ namespace {
 void move(Tensor& t, Backend& b) {
   if (t.defined() && t.device() != b.device()) t = b.to_backend(t);
 }
+// FP8 blocks quantized on the device still go through to_backend, which keeps or converts them.
 void move(LinearWeight& w, Backend& b) {
-  if (w.weight.defined() && w.weight.device() != b.device()) w = b.to_backend(w);
+  if (w.weight.defined() && (w.weight.device() != b.device() || w.is_fp8_block())) w = b.to_backend(w);
 }
 void move(GatedMlpWeights& m, Backend& b) {
   move(m.gate, b);

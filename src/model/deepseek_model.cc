@@ -153,8 +153,7 @@ DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& 
   softmax_scale_ = float(config_.softmax_scale());
   for (const LayerWeights& l : weights_.layers) {
     Tensor uk, uv;
-    LinearWeight kv_b = l.attn.kv_b_proj;
-    kv_b.weight = backend_.to_host(kv_b.weight);  // dummy weights may be made on the device
+    LinearWeight kv_b = on_host(l.attn.kv_b_proj, backend_);  // dummy weights may be made on the device
     split_kv_b(kv_b, config_.num_attention_heads, config_.qk_nope_head_dim, config_.v_head_dim, uk, uv);
     w_uk_.push_back(backend_.to_backend(uk));
     w_uv_.push_back(backend_.to_backend(uv));

@@ -47,15 +47,13 @@ LoadedModel load_model(const ModelLoadOptions& o) {
   // The dummy source reads its config while weights load: it keeps the one without --quantization,
   // so that --quantization fp8 quantizes the very weights a run without it uses.
   const ModelConfig stored = m.config;
-  // --quantization fp8 quantizes the dummy weights on the host: they are made there.
-  Backend* device = o.quantization.empty() ? o.device : nullptr;
   std::unique_ptr<WeightSource> source =
-      format == "dummy" ? make_dummy_source(stored, o.seed, parse_dtype_flag(o.dtype, stored.dtype), device)
+      format == "dummy" ? make_dummy_source(stored, o.seed, parse_dtype_flag(o.dtype, stored.dtype), o.device)
                         : open_checkpoint_source(m.folder);
   if (o.quantization == "fp8") {
     if (!m.config.quantization) m.config.quantization = QuantizationConfig{};
     source = make_fp8_quantizing_source(std::move(source), m.config.quantization->block_n,
-                                        m.config.quantization->block_k);
+                                        m.config.quantization->block_k, o.device);
   }
   m.weights = load_model_weights(m.config, *source);
   spdlog::info("model: {} layers, hidden {}, {} experts, {:.2f} GB of weights", m.config.num_hidden_layers,

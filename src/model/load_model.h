@@ -17,8 +17,8 @@ struct ModelLoadOptions {
   std::string dtype = "auto";        // dummy weights: auto (config's) | bfloat16 | float16 | float32
   uint64_t seed = 0;                 // dummy weights
   std::string quantization{};        // "" (as stored) | fp8: linear weights to FP8 128x128 blocks at load
-  // Dummy weights are made on this backend when it can (see make_dummy_source); not with --quantization fp8,
-  // which quantizes them on the host.
+  // Dummy weights are made on this backend when it can (see make_dummy_source), and --quantization
+  // fp8 quantizes them there.
   Backend* device = nullptr;
 };
 

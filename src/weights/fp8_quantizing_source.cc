@@ -2,6 +2,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "kernels/ops.h"
 #include "weights/fp8_block_quant.h"
 #include "weights/weight_source.h"
 
@@ -11,15 +12,18 @@ namespace {
 
 class Fp8QuantizingSource final : public WeightSource {
  public:
-  Fp8QuantizingSource(std::unique_ptr<WeightSource> inner, int64_t block_n, int64_t block_k)
-      : inner_(std::move(inner)), block_n_(block_n), block_k_(block_k) {}
+  Fp8QuantizingSource(std::unique_ptr<WeightSource> inner, int64_t block_n, int64_t block_k, Backend* device)
+      : inner_(std::move(inner)), block_n_(block_n), block_k_(block_k), device_(device) {}
 
   bool has(const std::string& name) const override { return inner_->has(name); }
 
   Tensor get(const std::string& name, const Shape& shape, WeightRole role) override {
     Tensor t = inner_->get(name, shape, role);
     if (role != WeightRole::Linear || t.dtype() == DType::F8_E4M3) return t;
-    LinearWeight q = quantize_fp8_blocks(t, block_n_, block_k_);
+    LinearWeight q;
+    const bool on_device = t.device() != Device::CPU && device_;
+    if (!on_device || !device_->quantize_fp8_blocks(t, block_n_, block_k_, q))
+      q = quantize_fp8_blocks(on_device ? device_->to_host(t) : t, block_n_, block_k_);
     scales_[name] = q.scale_inv;
     return q.weight;
   }
@@ -49,14 +53,15 @@ class Fp8QuantizingSource final : public WeightSource {
  private:
   std::unique_ptr<WeightSource> inner_;
   int64_t block_n_, block_k_;
+  Backend* device_;  // where weights made on a device are quantized, if it can
   std::map<std::string, Tensor> scales_;  // of weights quantized here, until the loader asks for them
 };
 
 }  // namespace
 
 std::unique_ptr<WeightSource> make_fp8_quantizing_source(std::unique_ptr<WeightSource> inner, int64_t block_n,
-                                                         int64_t block_k) {
-  return std::make_unique<Fp8QuantizingSource>(std::move(inner), block_n, block_k);
+                                                         int64_t block_k, Backend* device) {
+  return std::make_unique<Fp8QuantizingSource>(std::move(inner), block_n, block_k, device);
 }
 
 }  // namespace mlaserve

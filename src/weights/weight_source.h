@@ -48,7 +48,9 @@ std::unique_ptr<WeightSource> make_dummy_source(const ModelConfig& config, uint6
 // --quantization fp8: `inner`'s Linear-role weights that are not FP8 yet come out as e4m3 with
 // block_n x block_k scales (quantize_fp8_blocks), as in DeepSeek-V3's FP8 checkpoints; every
 // other tensor, and weights already in FP8, pass through.
+// Weights `inner` made on a device (dummy ones) are quantized there when `device` can
+// (Backend::quantize_fp8_blocks), else on the host.
 std::unique_ptr<WeightSource> make_fp8_quantizing_source(std::unique_ptr<WeightSource> inner, int64_t block_n,
-                                                         int64_t block_k);
+                                                         int64_t block_k, Backend* device = nullptr);
 
 }  // namespace mlaserve

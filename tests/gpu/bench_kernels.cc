@@ -192,6 +192,7 @@ using MemRowFn = std::function<void(const std::string&, const std::string&, doub
 // read (B * ctx * 576 * 2) over the copy bandwidth, and for 128 heads also 2 * B * H * ctx *
 // (576 + 512) FLOPs over the GEMM rate. "run" reuses the batch's plan (md.batch_id, as every layer
 // after the first does); "plan+run" plans at each call. Caches under 200 MB rotate among 4 slot sets.
+// "fp8kv": the same cache in e4m3 (half the bytes; its floor counts 576 bytes a token).
 void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn& flop_row) {
   struct Case {
     int64_t H, B, ctx, page;
@@ -249,6 +250,19 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
       }
     }
     plan.force_m_tiles = 0, plan.force_mma_sync = false;
+
+    // The FP8 cache: the BF16 one stored through kv_store (device-side), scaled into e4m3's range.
+    const float kv_scale = 1.0f / 64;
+    Tensor cache8 = gpu.empty(DType::F8_E4M3, {tokens * n_sets, 576});
+    std::vector<int32_t> all(static_cast<size_t>(tokens * n_sets));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = int32_t(i);
+    gpu.kv_store(cache, gpu.to_device(Tensor::from_i32(all)), cache8, kv_scale);
+    for (auto& m : mds) m.batch_id = 2000;
+    double ms = time_ms([&](int i) { gpu.mla_decode(q, cache8, kv_scale, mds[i % n_sets], scale, out); }, 100, 10);
+    if (c.H >= 128)
+      flop_row("mla_decode run fp8kv", shape, ms, flops, double(kv_bytes / 2));
+    else
+      mem_row("mla_decode run fp8kv", shape, ms, double(kv_bytes / 2));
   }
 }
 
@@ -355,14 +369,20 @@ void bench_moe(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn&
                                                               false, 1.0f}, false},
                              RouteCase{"moe_route v3 noaux_tc", {TopkMethod::NoauxTc, ScoringFunc::Sigmoid, 256, 8, 8,
                                                                   4, true, 2.5f}, true}}) {
-    for (int64_t T : {16, 4096}) {
+    for (int64_t T : {16, 128, 256, 512, 1024, 4096}) {
       int64_t Er = c.r.num_experts, kr = c.r.top_k;
       Tensor lh = Tensor::empty(DType::F32, {T, Er});
       for (int64_t i = 0; i < T * Er; ++i) lh.data<float>()[i] = 2.0f * normal01(77, uint64_t(i));
       Tensor logits = gpu.to_device(lh), bias = gpu.to_device(Tensor::zeros(DType::F32, {Er}));
       Tensor ids = gpu.empty(DType::I32, {T, kr}), wts = gpu.empty(DType::F32, {T, kr});
-      double ms = time_ms([&](int) { gpu.moe_route(logits, c.bias ? bias : Tensor(), c.r, ids, wts); }, 100, 10);
-      mem_row(c.name, fmt::format("T={} E={} k={}", T, Er, kr), ms, double(T * Er * 4 + T * kr * 8));
+      // Both kernels, to place kRouteWarpPerTokenFromScores where they cross.
+      for (auto [form, warp_from] : {std::pair{"block/token", int64_t(1) << 40}, std::pair{"warp/token", int64_t(0)}}) {
+        gpu.route_warp_per_token_from_scores = warp_from;
+        double ms = time_ms([&](int) { gpu.moe_route(logits, c.bias ? bias : Tensor(), c.r, ids, wts); }, 100, 10);
+        mem_row(fmt::format("{} {}", c.name, form), fmt::format("T={} E={} k={}", T, Er, kr), ms,
+                double(T * Er * 4 + T * kr * 8));
+      }
+      gpu.route_warp_per_token_from_scores = cuda::kRouteWarpPerTokenFromScores;
     }
   }
 }

@@ -131,9 +131,11 @@ TEST_F(CudaOps, RopeOnQueryHeadsAndTheLatent) {
 
 TEST_F(CudaOps, MlaNormRopeStoreMatchesTheSeparateOps) {
   // The fused op against the CPU reference (the separate ops): V3 / V2-Lite heads, a token count
-  // that is not a multiple of anything, a latent view inside a wider row, BF16 and F32 norm weights.
+  // that is not a multiple of anything, a latent view inside a wider row, BF16 and F32 norm weights,
+  // BF16 and FP8 caches.
   for (int64_t H : {16, 128})
-    for (DType norm_dtype : {DType::BF16, DType::F32}) {
+    for (DType norm_dtype : {DType::BF16, DType::F32})
+      for (DType cache_dtype : {DType::BF16, DType::F8_E4M3}) {
       int64_t T = 37, slots = 300, L = 512, R = 64;
       Tensor inv = Tensor::empty(DType::F32, {R / 2});
       for (int i = 0; i < R / 2; ++i) inv.data<float>()[i] = std::pow(10000.0f, -float(2 * i) / float(R));
@@ -143,18 +145,24 @@ TEST_F(CudaOps, MlaNormRopeStoreMatchesTheSeparateOps) {
       Tensor q = random_f32({T, H, 192}, seed), wide = random_f32({T, L + R + 8}, seed + 1);
       Tensor norm = random_f32({L}, seed + 2, 0.5f, 1.0f), cache0 = random_f32({slots, L + R}, seed + 3);
 
-      Tensor qc = q.to_f32(), wc = wide.to_f32(), cc = cache0.to_f32();
+      const bool fp8 = cache_dtype == DType::F8_E4M3;
+      const float kv_scale = fp8 ? 0.03125f : 1.0f;  // normalized latents of ~1 spread over e4m3's range
+      Tensor qc = q.to_f32(), wc = wide.to_f32(), cc = to_dtype(cache0, fp8 ? DType::F8_E4M3 : DType::F32);
       Tensor lat = wc.narrow(1, 0, L + R), qpe = qc.narrow(2, 128, R);
-      cpu->mla_norm_rope_store(lat, qpe, norm, 1e-6f, Tensor::from_i32(pos), host, Tensor::from_i32(where), cc, 1.0f);
+      cpu->mla_norm_rope_store(lat, qpe, norm, 1e-6f, Tensor::from_i32(pos), host, Tensor::from_i32(where), cc,
+                               kv_scale);
 
-      Tensor qg = dev_bf16(q), wg = dev_bf16(wide), cg = dev_bf16(cache0);
+      Tensor qg = dev_bf16(q), wg = dev_bf16(wide), cg = gpu.to_device(to_dtype(cache0, fp8 ? cache_dtype : DType::BF16));
       Tensor latg = wg.narrow(1, 0, L + R), qpeg = qg.narrow(2, 128, R);
       gpu.mla_norm_rope_store(latg, qpeg, gpu.to_device(to_dtype(norm, norm_dtype)), 1e-6f,
                               gpu.to_device(Tensor::from_i32(pos)), dev, gpu.to_device(Tensor::from_i32(where)), cg,
-                              1.0f);
-      EXPECT_LE(rel_l2(gpu.to_host(qg), qc), kBf16Tolerance) << "q_pe H=" << H;
-      EXPECT_LE(rel_l2(gpu.to_host(wg), wc), kBf16Tolerance) << "latent H=" << H;
-      EXPECT_LE(rel_l2(gpu.to_host(cg), cc), kBf16Tolerance) << "cache H=" << H;
+                              kv_scale);
+      const std::string where_s = fmt::format("H={} cache {}", H, dtype_name(cache_dtype));
+      EXPECT_LE(rel_l2(gpu.to_host(qg), qc), kBf16Tolerance) << "q_pe " << where_s;
+      EXPECT_LE(rel_l2(gpu.to_host(wg), wc), kBf16Tolerance) << "latent " << where_s;
+      // FP8: the GPU quantizes the BF16-rounded latents, the CPU its fp32 ones; a value near an e4m3
+      // rounding boundary may land one step apart (a step is 6-12%), rarely.
+      EXPECT_LE(rel_l2(gpu.to_host(cg).to_f32(), cc.to_f32()), fp8 ? 2e-2 : kBf16Tolerance) << "cache " << where_s;
     }
 }
 
@@ -168,6 +176,36 @@ TEST_F(CudaOps, KvStoreAndGather) {
   Tensor back = poisoned(gpu, DType::BF16, {T, 576});
   gpu.kv_gather(cache, 1.0f, gpu.to_device(Tensor::from_i32(where)), back);
   EXPECT_EQ(rel_l2(gpu.to_host(back), latent), 0.0);
+  EXPECT_THROW(gpu.kv_store(dev_bf16(latent), gpu.to_device(Tensor::from_i32(where)), cache, 2.0f), Error)
+      << "a scale on a BF16 cache";
+}
+
+TEST_F(CudaOps, KvStoreAndGatherFp8) {
+  // e4m3 rows holding latent / kv_scale, bit for bit as the CPU's (IEEE division, nearest even,
+  // saturating at 448: the latents reach ~1000 / kv_scale); the gather scales them back.
+  int64_t slots = 300, T = 41;
+  std::vector<int32_t> where(T);
+  for (int64_t t = 0; t < T; ++t) where[t] = int32_t((t * 7 + 11) % slots);
+  Tensor latent = to_dtype(random_f32({T, 576}, seed, 200.0f), DType::BF16).to_f32();  // BF16 values on both sides
+  for (float kv_scale : {1.0f, 0.25f, 3.0f}) {
+    Tensor want = to_dtype(Tensor::zeros(DType::F32, {slots, 576}), DType::F8_E4M3);
+    cpu->kv_store(latent, Tensor::from_i32(where), want, kv_scale);
+    Tensor cache = gpu.to_device(want);
+    CUDA_CHECK(cudaMemset(cache.raw(), 0, cache.nbytes()));
+    gpu.kv_store(dev_bf16(latent), gpu.to_device(Tensor::from_i32(where)), cache, kv_scale);
+    Tensor got = gpu.to_host(cache);
+    EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0) << "kv_scale " << kv_scale;
+
+    Tensor back_want = Tensor::empty(DType::F32, {T, 576});
+    cpu->kv_gather(want, kv_scale, Tensor::from_i32(where), back_want);
+    Tensor back = poisoned(gpu, DType::BF16, {T, 576});
+    gpu.kv_gather(cache, kv_scale, gpu.to_device(Tensor::from_i32(where)), back);
+    // Exact where kv_scale is a power of two; else one BF16 rounding of the product.
+    EXPECT_LE(rel_l2(gpu.to_host(back), back_want), kv_scale == 3.0f ? kBf16Tolerance : 0.0) << kv_scale;
+  }
+  Tensor cache = gpu.empty(DType::F8_E4M3, {slots, 576});
+  EXPECT_THROW(gpu.kv_store(dev_bf16(latent), gpu.to_device(Tensor::from_i32(where)), cache, 0.0f), Error);
+  EXPECT_THROW(gpu.kv_store(dev_bf16(latent), gpu.to_device(Tensor::from_i32(where)), cache, -1.0f), Error);
 }
 
 TEST_F(CudaOps, LinearOverDeepSeekShapes) {

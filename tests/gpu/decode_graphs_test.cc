@@ -1,7 +1,7 @@
 // Decode through CUDA graphs against eager forwards of the same model on the same GPU: a batch
 // whose size was captured gives the very same logits; a padded one (3 sequences in the graph of
 // 4) gives logits within BF16 rounding; batches no graph takes (prefill, too many sequences) run
-// eagerly. Also with FP8 weights.
+// eagerly. Also with FP8 weights and with an FP8 KV cache.
 #include "gpu_test_util.h"
 
 #include "engine/model_runner.h"
@@ -22,11 +22,12 @@ ModelLoadOptions fixture_model() {
 }
 
 // grouped: the MoE prefill path through the grouped GEMM (capturable) or per-expert GEMMs (not).
-Pair make_runners(const std::vector<int>& sizes, bool grouped = true, const ModelLoadOptions& model = fixture_model()) {
+Pair make_runners(const std::vector<int>& sizes, bool grouped = true, const ModelLoadOptions& model = fixture_model(),
+                  DType kv_dtype = DType::BF16) {
   LoadedModel a = load_model(model), b = load_model(model);
   Pair p;
-  p.graphs = std::make_unique<ModelRunner>(make_backend("cuda"), a.config, std::move(a.weights), 1024, DType::BF16);
-  p.eager = std::make_unique<ModelRunner>(make_backend("cuda"), b.config, std::move(b.weights), 1024, DType::BF16);
+  p.graphs = std::make_unique<ModelRunner>(make_backend("cuda"), a.config, std::move(a.weights), 1024, kv_dtype);
+  p.eager = std::make_unique<ModelRunner>(make_backend("cuda"), b.config, std::move(b.weights), 1024, kv_dtype);
   for (ModelRunner* r : {p.graphs.get(), p.eager.get()})
     dynamic_cast<cuda::CudaBackend&>(r->backend()).moe_runner().grouped_gemm = grouped;
   p.graphs->capture_decode_graphs(sizes);
@@ -97,6 +98,14 @@ TEST(DecodeGraphs, Fp8ExpertsAreCapturedAndGiveTheEagerLogits) {
   // Every linear weight FP8 (the experts whole 128 x 128 blocks, so the FP8 grouped GEMM runs).
   Pair p = make_runners({1, 4, 64}, true,
                         {.model = "deepseek-v3-tiny", .load_format = "dummy", .seed = 1, .quantization = "fp8"});
+  ASSERT_EQ(p.graphs->decode_graph_sizes(), (std::vector<int>{1, 4, 64}));
+  for (int n : {1, 4, 64}) EXPECT_EQ(decode(p, prefill(p, n), 3), 0.0) << n << " sequences";
+}
+
+TEST(DecodeGraphs, Fp8KvCacheIsCapturedAndGivesTheEagerLogits) {
+  // The real MLA widths with an e4m3 latent cache: the store, the prefill's gather and the decode
+  // kernels (16 heads: the 16-row kernel) all read and write it, in graphs as eagerly.
+  Pair p = make_runners({1, 4, 64}, true, fixture_model(), DType::F8_E4M3);
   ASSERT_EQ(p.graphs->decode_graph_sizes(), (std::vector<int>{1, 4, 64}));
   for (int n : {1, 4, 64}) EXPECT_EQ(decode(p, prefill(p, n), 3), 0.0) << n << " sequences";
 }

@@ -37,6 +37,33 @@ TEST_F(Fp8Linear, QuantizationMatchesTheReferenceExactly) {
   }
 }
 
+// Weights quantized on the device (dummy weights with --quantization fp8) get the host's codes and
+// scales bit for bit, in the padded scale rows to_backend keeps; weights the GEMM cannot take in
+// blocks (ragged, or blocks other than 128 x 128) go through the host to BF16 as host ones do.
+TEST_F(Fp8Linear, DeviceQuantizationOfWeightsIsTheHosts) {
+  struct Case {
+    int64_t N, K, bn, bk;
+  };
+  for (Case c : {Case{576, 7168, 128, 128}, Case{256, 384, 128, 128}, Case{1000, 300, 128, 128},
+                 Case{512, 1024, 128, 128}, Case{96, 64, 32, 64}}) {
+    SCOPED_TRACE(testing::Message() << c.N << "x" << c.K << " in " << c.bn << "x" << c.bk);
+    Tensor w = bf16_exact({c.N, c.K}, seed + c.N + c.K, 0.05f);
+    for (int64_t i = 0; i < c.K; ++i) w.data<float>()[i] = 0.0f;  // an all-zero row: scale 1 where a block is zero
+    LinearWeight want = quantize_fp8_blocks(w, c.bn, c.bk), got;
+    ASSERT_TRUE(gpu.quantize_fp8_blocks(dev_bf16(w), c.bn, c.bk, got));
+    Tensor gq = gpu.to_host(got.weight), gs = gpu.to_host(got.scale_inv);
+    ASSERT_EQ(gs.shape(), want.scale_inv.shape());
+    EXPECT_EQ(std::memcmp(gq.raw(), want.weight.raw(), want.weight.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(gs.raw(), want.scale_inv.raw(), want.scale_inv.nbytes()), 0);
+    LinearWeight dev = gpu.to_backend(got), host = gpu.to_backend(want);
+    const bool blocks = c.bn == 128 && c.bk == 128 && c.N % 128 == 0 && c.K % 128 == 0;
+    EXPECT_EQ(dev.is_fp8_block(), blocks);
+    EXPECT_EQ(dev.weight.raw() == got.weight.raw(), blocks) << "kept as it is where the GEMM takes it";
+    Tensor a = gpu.to_host(dev.weight), b = gpu.to_host(host.weight);
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), b.nbytes()), 0) << "the same weight as from the host";
+  }
+}
+
 // DeepSeek-V3 dense shapes (scaled down in N where the CPU reference would be slow), token counts
 // that are not multiples of 16, and kv_a (N = 576, a ragged last block: runs as BF16).
 TEST_F(Fp8Linear, BlockScaledGemmMatchesTheReference) {

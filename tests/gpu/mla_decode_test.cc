@@ -31,6 +31,7 @@ struct HostMd {
 class MlaDecode : public GpuTest {
  protected:
   bool mma_sync = false;  // 64-row jobs on the mma.sync kernel instead of warpgroup MMA
+  float fp8_kv_scale = 0;  // > 0: an e4m3 cache holding latent / this scale
 
   // Captures plan + run of a 3-seq batch in a graph and replays it with other lengths (below).
   void replay_with_new_lengths(int64_t H);
@@ -67,20 +68,31 @@ class MlaDecode : public GpuTest {
     HostMd m = make_md(b, num_slots, seed + 11);
     m.dev.batch_id = batch_id;
     Tensor q = random_f32({m.T, H, 576}, seed + 1), cache = random_f32({num_slots, 576}, seed + 2);
+    // Both backends read the same cache values: BF16, or e4m3 codes (spread over e4m3's range
+    // by the 1 / kv_scale of kv_store) that the kernels multiply by kv_scale.
+    const bool fp8 = fp8_kv_scale > 0;
+    const float kv_scale = fp8 ? fp8_kv_scale : 1.0f;
+    Tensor stored = to_dtype(cache, DType::BF16);
+    if (fp8) {
+      Tensor spread = Tensor::empty(DType::F32, cache.shape());
+      for (int64_t i = 0; i < cache.numel(); ++i) spread.data<float>()[i] = cache.data<float>()[i] / kv_scale;
+      stored = to_dtype(spread, DType::F8_E4M3);
+    }
     float scale = 1.0f / std::sqrt(192.0f);
     Tensor want = Tensor::empty(DType::F32, {m.T, H, 512});
-    cpu->mla_decode(q, cache, 1.0f, m.host, scale, want);
+    cpu->mla_decode(q, stored, kv_scale, m.host, scale, want);
     Tensor out = poisoned(gpu, DType::BF16, {m.T, H, 512});
-    Tensor qd = gpu.to_device(to_dtype(q, DType::BF16)), cd = gpu.to_device(to_dtype(cache, DType::BF16));
-    gpu.mla_decode(qd, cd, 1.0f, m.dev, scale, out);
+    Tensor qd = gpu.to_device(to_dtype(q, DType::BF16)), cd = gpu.to_device(stored);
+    gpu.mla_decode(qd, cd, kv_scale, m.dev, scale, out);
     double err = rel_l2(gpu.to_host(out), want);
     if (batch_id != 0) {  // a second call reuses the plan and must give the same answer
       Tensor out2 = poisoned(gpu, DType::BF16, {m.T, H, 512});
-      gpu.mla_decode(qd, cd, 1.0f, m.dev, scale, out2);
+      gpu.mla_decode(qd, cd, kv_scale, m.dev, scale, out2);
       err = std::max(err, rel_l2(gpu.to_host(out2), want));
     }
-    std::printf("  mla_decode H=%lld seqs=%zu T=%lld m_tiles=%d%s: rel_l2 %.2e\n", (long long)H, b.seq_lens.size(),
-                (long long)m.T, force_m_tiles, mma_sync ? " mma.sync" : "", err);
+    std::printf("  mla_decode H=%lld seqs=%zu T=%lld m_tiles=%d%s%s: rel_l2 %.2e\n", (long long)H,
+                b.seq_lens.size(), (long long)m.T, force_m_tiles, mma_sync ? " mma.sync" : "", fp8 ? " fp8" : "",
+                err);
     ++seed;
     return err;
   }
@@ -123,6 +135,30 @@ TEST_F(MlaDecode, MmaSyncKernelFor64RowJobs) {
   EXPECT_LE(check({{1, 63, 64, 65, 200, 1031, 7, 129}, {1, 1, 1, 1, 1, 1, 1, 1}}, 128), kTol);
   EXPECT_LE(check({{5, 70, 300, 2049, 3}, {3, 2, 4, 1, 3}}, 16, 4), kTol);
   EXPECT_LE(check({{9001}, {1}}, 128), kTol);
+}
+
+TEST_F(MlaDecode, Fp8CacheOnEveryKernel) {
+  // e4m3 rows staged and widened to BF16 in shared memory by each kernel (16-row mma.sync, 64-row
+  // warpgroup MMA and its mma.sync fallback), scaled back by kv_scale; split jobs too.
+  for (float kv_scale : {1.0f, 0.0625f, 3.0f}) {
+    fp8_kv_scale = kv_scale;
+    for (bool fallback : {false, true}) {
+      mma_sync = fallback;
+      EXPECT_LE(check({{1, 63, 64, 65, 200, 1031, 7, 129}, {1, 1, 1, 1, 1, 1, 1, 1}}, 16), kTol) << kv_scale;
+      EXPECT_LE(check({{1, 63, 64, 65, 200, 1031, 7, 129}, {1, 1, 1, 1, 1, 1, 1, 1}}, 128), kTol) << kv_scale;
+      EXPECT_LE(check({{5, 70, 300, 2049, 3}, {3, 2, 4, 1, 3}}, 16, 4), kTol) << kv_scale;
+    }
+    mma_sync = false;
+    EXPECT_LE(check({{12345, 77}, {1, 1}}, 16), kTol) << kv_scale;
+    EXPECT_LE(check({{9001}, {1}}, 128), kTol) << kv_scale;
+  }
+  // The op refuses what it cannot read: a scale that is not positive, a BF16 cache with a scale.
+  Tensor q = gpu.empty(DType::BF16, {1, 16, 576}), out = gpu.empty(DType::BF16, {1, 16, 512});
+  Tensor c8 = gpu.empty(DType::F8_E4M3, {8, 576});
+  HostMd m = make_md({{3}, {1}}, 8, seed);
+  EXPECT_THROW(gpu.mla_decode(q, c8, 0.0f, m.dev, 0.1f, out), Error);
+  EXPECT_THROW(gpu.mla_decode(q, c8, NAN, m.dev, 0.1f, out), Error);
+  EXPECT_THROW(gpu.mla_decode(q, gpu.empty(DType::BF16, {8, 576}), 2.0f, m.dev, 0.1f, out), Error);
 }
 
 TEST_F(MlaDecode, PlanReusedByBatchId) {

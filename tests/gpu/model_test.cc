@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <numeric>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -22,11 +23,12 @@ std::string fixture(const std::string& name) { return std::string(MLASERVE_SOURC
 
 // Logits of every position of `ids` through `model` (a prefill in the given form, then the
 // continuation `decode` one token at a time): rows of all positions.
+// The cache is in the backend's activation dtype unless kv_dtype says otherwise.
 Tensor run_model(DeepseekModel& model, Backend& backend, const std::vector<int32_t>& ids,
-                 const std::vector<int32_t>& decode, AttentionForm form) {
+                 const std::vector<int32_t>& decode, AttentionForm form, std::optional<DType> kv_dtype = {}) {
   const ModelConfig& c = model.config();
   int64_t total = int64_t(ids.size() + decode.size());
-  KvPool kv(backend, c.num_hidden_layers, total + 5, c.kv_cache_dim(), backend.activation_dtype());
+  KvPool kv(backend, c.num_hidden_layers, total + 5, c.kv_cache_dim(), kv_dtype.value_or(backend.activation_dtype()));
   std::vector<int32_t> slots(static_cast<size_t>(total));
   for (int64_t i = 0; i < total; ++i) slots[size_t(i)] = int32_t(total + 4 - i);  // scattered, reversed, distinct
   Tensor out = Tensor::empty(DType::F32, {total, c.vocab_size});
@@ -161,6 +163,55 @@ TEST(CudaModel, Fp8StaysAsCloseToTheCpuBackendAsFp8ToUnquantized) {
     // FP8's own 0.958 and 0.995; with the weight scales misread it was 0.52 and 0.73.
     EXPECT_GE(gpu_fp8.median_cosine(), fp8_noise.median_cosine() - 0.03) << preset;
     EXPECT_GE(gpu_fp8.mean_cosine(), fp8_noise.mean_cosine() - 0.03) << preset;
+  }
+}
+
+// Dummy weights made and quantized on the GPU (--quantization fp8 with the backend as the load's
+// device) are the host-made ones: the same logits, bit for bit.
+TEST(CudaModel, Fp8DummyWeightsQuantizedOnTheDeviceAreTheHostOnes) {
+  for (std::string preset : {"deepseek-v3-tiny", "deepseek-v2-lite-tiny"}) {
+    cuda::CudaBackend gpu;
+    ModelLoadOptions host{.model = preset, .load_format = "dummy", .seed = 1, .quantization = "fp8"};
+    ModelLoadOptions dev = host;
+    dev.device = &gpu;
+    LoadedModel a = load_model(host), b = load_model(dev);
+    DeepseekModel from_host(a.config, std::move(a.weights), gpu), from_device(b.config, std::move(b.weights), gpu);
+    std::vector<int32_t> ids;
+    const uint64_t prompt_seed = fresh_seed();
+    for (int i = 0; i < 19; ++i) ids.push_back(int32_t(100 + hash64(prompt_seed, i) % 90000));
+    Tensor want = run_model(from_host, gpu, ids, {7, 8}, AttentionForm::Auto);
+    Tensor got = run_model(from_device, gpu, ids, {7, 8}, AttentionForm::Auto);
+    EXPECT_EQ(rel_l2(got, want), 0.0) << preset;
+  }
+}
+
+// An e4m3 latent cache (--kv-cache-dtype fp8_e4m3) on both backends, BF16 weights: the GPU's
+// logits are held to the distance the FP8 cache itself puts between the CPU's FP8-cache and
+// fp32-cache logits, over a prefill (the MHA form gathers the cache) and absorbed decode steps;
+// then the same on the real MLA widths (16 heads of 576-wide rows through the decode kernels).
+TEST(CudaModel, Fp8KvCacheStaysAsCloseToTheCpuAsTheFp8CacheToAnFp32One) {
+  for (std::string model : {std::string("deepseek-v3-tiny"), std::string("deepseek-v2-lite-tiny"), fixture("v3_mla_dims")}) {
+    cuda::CudaBackend gpu;
+    auto cpu = make_cpu_backend();
+    ModelLoadOptions o{.model = model, .load_format = model.find('/') == std::string::npos ? "dummy" : "auto", .seed = 1};
+    uint64_t prompt_seed = fresh_seed();
+    LoadedModel a = load_model(o), b = load_model(o);
+    DeepseekModel on_gpu(a.config, std::move(a.weights), gpu), on_cpu(b.config, std::move(b.weights), *cpu);
+    const int64_t V = a.config.vocab_size;
+    std::vector<int32_t> ids, decode;
+    for (int i = 0; i < 37; ++i) ids.push_back(int32_t(3 + hash64(prompt_seed, i) % uint64_t(V - 3)));
+    for (int i = 0; i < 5; ++i) decode.push_back(int32_t(3 + hash64(prompt_seed, 100 + i) % uint64_t(V - 3)));
+    Tensor want = run_model(on_cpu, *cpu, ids, decode, AttentionForm::Auto, DType::F8_E4M3);
+    LogitAgreement gpu_fp8, fp8_noise;
+    gpu_fp8.add(run_model(on_gpu, gpu, ids, decode, AttentionForm::Auto, DType::F8_E4M3), want);
+    fp8_noise.add(run_model(on_cpu, *cpu, ids, decode, AttentionForm::Auto), want);
+    std::printf(
+        "[cuda model %s, fp8 kv] vs the CPU's FP8 cache: cosine mean %.4f median %.4f, argmax agreement %.3f; CPU "
+        "fp32 cache vs FP8: cosine mean %.4f median %.4f, argmax agreement %.3f\n",
+        model.c_str(), gpu_fp8.mean_cosine(), gpu_fp8.median_cosine(), gpu_fp8.argmax_agreement(),
+        fp8_noise.mean_cosine(), fp8_noise.median_cosine(), fp8_noise.argmax_agreement());
+    EXPECT_GE(gpu_fp8.median_cosine(), fp8_noise.median_cosine() - 0.03) << model;
+    EXPECT_GE(gpu_fp8.mean_cosine(), fp8_noise.mean_cosine() - 0.03) << model;
   }
 }
 

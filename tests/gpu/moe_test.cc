@@ -69,11 +69,16 @@ TEST_F(Moe, RouteMatchesTheReference) {
        false},
       {"top-1 of 8", {TopkMethod::Greedy, ScoringFunc::Softmax, 8, 1, 1, 1, true, 1.0f}, false},
   };
-  for (const RouteCase& c : cases) {
-    for (int64_t T : {1, 7, 133, 1000}) {
-      expect_same_routing(route_both(c, T), fmt::format("{} T={}", c.name, T));
+  // Both kernels (a block a token, a warp a token) at every size.
+  for (int64_t warp_from : {int64_t(1) << 40, int64_t(0)}) {
+    gpu.route_warp_per_token_from_scores = warp_from;
+    for (const RouteCase& c : cases) {
+      for (int64_t T : {1, 7, 133, 1000}) {
+        expect_same_routing(route_both(c, T), fmt::format("{} T={} warp_from={}", c.name, T, warp_from));
+      }
     }
   }
+  gpu.route_warp_per_token_from_scores = cuda::kRouteWarpPerTokenFromScores;
 }
 
 // Shared experts fused into the routing: after the top-k slots (as the reference), expert E + j
@@ -87,7 +92,7 @@ TEST_F(Moe, RouteWithFusedSharedExpertsMatchesTheReference) {
   };
   for (RouteCase c : cases) {
     c.r.num_fused_shared = c.r.top_k == 8 ? 1 : 2;
-    for (int64_t T : {1, 5, 133}) {
+    for (int64_t T : {1, 5, 133, 600}) {
       RouteOutputs o = route_both(c, T);
       int64_t S = c.r.slots(), shared_wrong = 0;
       for (int64_t i = 0; i < T * S; ++i)

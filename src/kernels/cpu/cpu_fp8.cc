@@ -13,9 +13,6 @@ namespace mlaserve::cpu {
 
 namespace {
 
-// A group's scale never reaches 0, so an all-zero group quantizes to zeros instead of NaNs.
-constexpr float kMinAmax = 1e-10f;
-
 // The fp32 value of every e4m3 code: decoding is a lookup in the inner loops.
 const std::array<float, 256>& e4m3_values() {
   static const std::array<float, 256> table = [] {
@@ -51,7 +48,7 @@ void CpuBackend::quantize_fp8_per_token_group(const Tensor& x, int64_t group, Te
       int64_t begin = g * group, end = std::min(K, begin + group);
       float amax = 0;
       for (int64_t k = begin; k < end; ++k) amax = std::max(amax, std::fabs(xr[k]));
-      float s = std::max(amax, kMinAmax) / kE4m3Max;
+      float s = std::max(amax, kFp8MinAmax) / kE4m3Max;
       sr[g] = s;
       // x / s can land a rounding step above 448 for the group's largest value: the conversion
       // saturates it to 448.

@@ -4,6 +4,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm_runner.h"
 #include "kernels/cuda/skinny_gemm.h"
+#include "kernels/cuda/tensor_checks.h"
 
 namespace mlaserve {
 namespace cuda {
@@ -15,6 +16,13 @@ void check_dev(const Tensor& t, DType dtype, int ndim, const char* what) {
                 t.stride(-1) == 1,
             "{}: expected a device {} tensor of {} dims with a contiguous last dim, got {}", what, dtype_name(dtype),
             ndim, t.defined() ? t.describe() : "nothing");
+}
+
+// A KV cache is BF16 (no scale) or FP8 e4m3 holding latent / kv_scale; true for FP8.
+bool check_kv_cache(const Tensor& cache, float kv_scale, const char* what) {
+  const bool fp8 = check_kv_scale(cache.defined() ? cache.dtype() : DType::BF16, kv_scale, what);
+  check_dev(cache, fp8 ? DType::F8_E4M3 : DType::BF16, 2, what);
+  return fp8;
 }
 
 void check_weight(const Tensor& t, const char* what) {
@@ -89,9 +97,17 @@ Tensor CudaBackend::to_backend(const Tensor& host) {
 
 Tensor CudaBackend::to_host(const Tensor& dev) {
   if (dev.device() == Device::CPU) return dev;
-  MLA_CHECK(dev.is_contiguous(), "to_host: {} is not a contiguous device tensor", dev.describe());
+  // Contiguous, or rows apart (a column view such as FP8 weight scales in padded rows).
+  const bool rows = dev.ndim() == 2 && dev.stride(1) == 1 && dev.stride(0) >= dev.size(1);
+  MLA_CHECK(dev.is_contiguous() || rows, "to_host: {} is neither contiguous nor a view of rows", dev.describe());
   Tensor h = Tensor::empty(dev.dtype(), dev.shape());
-  CUDA_CHECK(cudaMemcpyAsync(h.raw(), dev.raw(), dev.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  if (dev.is_contiguous()) {
+    CUDA_CHECK(cudaMemcpyAsync(h.raw(), dev.raw(), dev.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  } else {
+    const size_t elem = dtype_size(dev.dtype()), width = size_t(dev.size(1)) * elem;
+    CUDA_CHECK(cudaMemcpy2DAsync(h.raw(), width, dev.raw(), size_t(dev.stride(0)) * elem, width, size_t(dev.size(0)),
+                                 cudaMemcpyDeviceToHost, stream_));
+  }
   synchronize();
   return h;
 }
@@ -186,14 +202,17 @@ void CudaBackend::rope(Tensor& x, const Tensor& positions, const RopeTable& tabl
 }
 
 void CudaBackend::kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache, float kv_scale) {
-  MLA_CHECK(kv_scale == 1.0f, "kv_store: KV cache scales (FP8 KV cache) are not yet on CUDA");
   check_dev(latent, DType::BF16, 2, "kv_store latent");
   check_dev(slots, DType::I32, 1, "kv_store slots");
-  check_dev(cache, DType::BF16, 2, "kv_store cache");
+  const bool fp8 = check_kv_cache(cache, kv_scale, "kv_store cache");
   MLA_CHECK(cache.size(1) == latent.size(1) && cache.is_contiguous() && slots.size(0) == latent.size(0),
             "kv_store: latent {} into cache {}", latent.describe(), cache.describe());
-  launch_kv_store(latent.raw(), latent.stride(0), slots.data<int32_t>(), latent.size(0), latent.size(1), cache.raw(),
-                  stream_);
+  if (fp8)
+    launch_kv_store_fp8(latent.raw(), latent.stride(0), slots.data<int32_t>(), latent.size(0), latent.size(1),
+                        kv_scale, cache.raw(), stream_);
+  else
+    launch_kv_store(latent.raw(), latent.stride(0), slots.data<int32_t>(), latent.size(0), latent.size(1),
+                    cache.raw(), stream_);
 }
 
 void CudaBackend::mla_norm_rope_store(Tensor& latent, Tensor& q_pe, const Tensor& norm, float eps,
@@ -212,12 +231,16 @@ void CudaBackend::mla_norm_rope_store(Tensor& latent, Tensor& q_pe, const Tensor
   p.slots = slots.defined() ? slots.data<int32_t>() : nullptr;
   p.inv_freq = rope.inv_freq.defined() ? rope.inv_freq.data<float>() : nullptr;
   p.cache = cache.raw();
+  p.cache_fp8 = cache.defined() && cache.dtype() == DType::F8_E4M3;
+  p.kv_scale = kv_scale;
   p.num_tokens = int(T), p.heads = int(q_pe.size(1)), p.kv_lora = int(L), p.rope = int(R);
   p.eps = eps, p.mscale = rope.mscale;
-  // The fused kernel takes the usual case (BF16 cache, no scale, aligned rows, a BF16 or F32 norm
-  // weight); anything else runs the separate ops, which check and explain their inputs.
-  bool fused = kv_scale == 1.0f && L > 0 && q_pe.size(0) == T && q_pe.stride(2) == 1 && latent.stride(1) == 1 &&
-               cache.defined() && cache.device() == Device::CUDA && cache.dtype() == DType::BF16 &&
+  // The fused kernel takes the usual cases (a BF16 cache without scale or an FP8 one, aligned rows,
+  // a BF16 or F32 norm weight); anything else runs the separate ops, which check and explain their
+  // inputs.
+  bool fused = (p.cache_fp8 || kv_scale == 1.0f) && L > 0 && q_pe.size(0) == T && q_pe.stride(2) == 1 &&
+               latent.stride(1) == 1 && cache.defined() && cache.device() == Device::CUDA &&
+               (cache.dtype() == DType::BF16 || p.cache_fp8) &&
                cache.is_contiguous() && cache.ndim() == 2 && cache.size(1) == L + R && norm.defined() &&
                norm.device() == Device::CUDA && (norm.dtype() == DType::BF16 || norm.dtype() == DType::F32) &&
                norm.numel() == L && norm.is_contiguous() && positions.defined() && positions.device() == Device::CUDA &&
@@ -233,14 +256,17 @@ void CudaBackend::mla_norm_rope_store(Tensor& latent, Tensor& q_pe, const Tensor
 }
 
 void CudaBackend::kv_gather(const Tensor& cache, float kv_scale, const Tensor& indices, Tensor& out) {
-  MLA_CHECK(kv_scale == 1.0f, "kv_gather: KV cache scales (FP8 KV cache) are not yet on CUDA");
-  check_dev(cache, DType::BF16, 2, "kv_gather cache");
+  const bool fp8 = check_kv_cache(cache, kv_scale, "kv_gather cache");
   check_dev(indices, DType::I32, 1, "kv_gather indices");
   check_dev(out, DType::BF16, 2, "kv_gather out");
   MLA_CHECK(cache.is_contiguous() && out.size(0) == indices.size(0) && out.size(1) == cache.size(1),
             "kv_gather: cache {} -> out {}", cache.describe(), out.describe());
-  launch_kv_gather(cache.raw(), indices.data<int32_t>(), indices.size(0), cache.size(1), out.raw(), out.stride(0),
-                   stream_);
+  if (fp8)
+    launch_kv_gather_fp8(cache.raw(), kv_scale, indices.data<int32_t>(), indices.size(0), cache.size(1), out.raw(),
+                         out.stride(0), stream_);
+  else
+    launch_kv_gather(cache.raw(), indices.data<int32_t>(), indices.size(0), cache.size(1), out.raw(), out.stride(0),
+                     stream_);
 }
 
 }  // namespace cuda

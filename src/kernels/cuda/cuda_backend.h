@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/moe_route.h"
 #include "kernels/ops.h"
 
 namespace mlaserve::cuda {
@@ -52,6 +53,7 @@ class CudaBackend final : public Backend {
   // cuda_backend_fp8.cc: FP8 blocks stay FP8, their scales in rows of fp8_scale_row_stride floats.
   LinearWeight to_backend(const LinearWeight& w) override;
   static int64_t fp8_scale_row_stride(int64_t k_blocks) { return (k_blocks + 3) / 4 * 4; }
+  bool quantize_fp8_blocks(const Tensor& w, int64_t block_n, int64_t block_k, LinearWeight& out) override;
 
   void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
@@ -64,7 +66,7 @@ class CudaBackend final : public Backend {
   void silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
   void add(Tensor& x, const Tensor& y) override;
   void rope(Tensor& x, const Tensor& positions, const RopeTable& table) override;
-  // BF16 caches only so far: kv_scale must be 1 (the FP8 KV cache is on the CPU backend alone).
+  // KV caches: BF16 (kv_scale 1) or F8_E4M3 holding latent / kv_scale.
   void kv_store(const Tensor& latent, const Tensor& slots, Tensor& cache, float kv_scale) override;
   void kv_gather(const Tensor& cache, float kv_scale, const Tensor& indices, Tensor& out) override;
   void mla_norm_rope_store(Tensor& latent, Tensor& q_pe, const Tensor& norm, float eps, const Tensor& positions,
@@ -84,6 +86,9 @@ class CudaBackend final : public Backend {
   int64_t max_moe_experts() const override;
   // The routed experts' runner (tests and benchmarks choose its paths).
   MoeRunner& moe_runner();
+  // Scores (tokens x experts) from which moe_route runs a warp a token rather than a block (tests
+  // and benchmarks set it).
+  int64_t route_warp_per_token_from_scores = kRouteWarpPerTokenFromScores;
   void sample(const Tensor& logits, const std::vector<SamplingParams>& params, Tensor& out) override;
 
  private:

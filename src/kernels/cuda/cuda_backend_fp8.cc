@@ -11,15 +11,51 @@
 
 namespace mlaserve::cuda {
 
+namespace {
+
+// cuBLASLt's block-scaled GEMM takes 128 x 128 blocks over whole blocks only (a ragged last block
+// of rows, as kv_a's 576, reads garbage scales): other weights run dequantized to BF16.
+bool gemm_takes(const LinearWeight& w) {
+  return w.block_n == 128 && w.block_k == 128 && w.in_features() % 128 == 0 && w.out_features() % 128 == 0;
+}
+
+}  // namespace
+
+bool CudaBackend::quantize_fp8_blocks(const Tensor& w, int64_t block_n, int64_t block_k, LinearWeight& out) {
+  MLA_CHECK(w.defined() && w.device() == Device::CUDA && w.dtype() == DType::BF16 && w.ndim() == 2 &&
+                w.is_contiguous() && block_n > 0 && block_k > 0,
+            "quantize_fp8_blocks: expected a contiguous device BF16 matrix and positive blocks, got {} in {}x{}",
+            w.defined() ? w.describe() : "nothing", block_n, block_k);
+  const int64_t N = w.size(0), K = w.size(1), gn = (N + block_n - 1) / block_n, gk = (K + block_k - 1) / block_k;
+  // Scales in the padded rows to_backend gives host weights (so it keeps these as they are).
+  const int64_t ld = fp8_scale_row_stride(gk);
+  Tensor scales = empty(DType::F32, {gn, ld});
+  CUDA_CHECK(cudaMemsetAsync(scales.raw(), 0, scales.nbytes(), stream_));
+  out = LinearWeight{};
+  out.weight = empty(DType::F8_E4M3, {N, K});
+  launch_quantize_fp8_blocks(w.raw(), N, K, block_n, block_k, out.weight.raw(), scales.data<float>(), ld, stream_);
+  out.scale_inv = scales.narrow(1, 0, gk);
+  out.block_n = block_n, out.block_k = block_k;
+  return true;
+}
+
 LinearWeight CudaBackend::to_backend(const LinearWeight& w) {
   LinearWeight out;
   if (!w.is_fp8_block()) {
     out.weight = to_backend(w.weight);
     return out;
   }
-  // cuBLASLt's block-scaled GEMM takes 128 x 128 blocks over whole blocks only (a ragged last block
-  // of rows, as kv_a's 576, reads garbage scales): other weights run dequantized to BF16.
-  if (w.block_n != 128 || w.block_k != 128 || w.in_features() % 128 != 0 || w.out_features() % 128 != 0) {
+  if (w.weight.device() == Device::CUDA) {
+    // Quantized here (quantize_fp8_blocks): as it is if the GEMM takes it, else through the host.
+    if (gemm_takes(w) && w.scale_inv.device() == Device::CUDA &&
+        w.scale_inv.stride(0) == fp8_scale_row_stride(w.scale_inv.size(1)))
+      return w;
+    LinearWeight host = w;
+    host.weight = to_host(w.weight);
+    host.scale_inv = to_host(w.scale_inv);
+    return to_backend(host);
+  }
+  if (!gemm_takes(w)) {
     out.weight = to_backend(dequantize(w));
     return out;
   }

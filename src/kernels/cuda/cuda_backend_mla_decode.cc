@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/mla_decode.h"
+#include "kernels/cuda/tensor_checks.h"
 
 namespace mlaserve::cuda {
 
@@ -76,16 +77,17 @@ MlaDecodePlan& CudaBackend::mla_decode_plan() {
 
 void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, float kv_scale, const AttentionMetadata& md,
                              float scale, Tensor& out) {
-  MLA_CHECK(kv_scale == 1.0f, "mla_decode: KV cache scales (FP8 KV cache) are not yet on CUDA");
   MLA_CHECK(q.defined() && q.device() == Device::CUDA && q.dtype() == DType::BF16 && q.ndim() == 3 &&
                 q.size(2) == kMlaKvDim && q.stride(2) == 1 && q.stride(0) % 8 == 0 && q.stride(1) % 8 == 0 &&
                 aligned(q.raw(), 16),
             "mla_decode q: expected a device BF16 [T, H, {}] with 16-byte aligned rows, got {}", kMlaKvDim,
             q.defined() ? q.describe() : "nothing");
   int64_t T = q.size(0), H = q.size(1);
-  MLA_CHECK(cache.defined() && cache.device() == Device::CUDA && cache.dtype() == DType::BF16 && cache.ndim() == 2 &&
+  const bool fp8 = check_kv_scale(cache.defined() ? cache.dtype() : DType::BF16, kv_scale, "mla_decode");
+  MLA_CHECK(cache.defined() && cache.device() == Device::CUDA &&
+                (cache.dtype() == DType::BF16 || cache.dtype() == DType::F8_E4M3) && cache.ndim() == 2 &&
                 cache.size(1) == kMlaKvDim && cache.is_contiguous() && aligned(cache.raw(), 16),
-            "mla_decode cache: expected a contiguous device BF16 [num_slots, {}], got {}", kMlaKvDim,
+            "mla_decode cache: expected a contiguous device BF16 or F8_E4M3 [num_slots, {}], got {}", kMlaKvDim,
             cache.defined() ? cache.describe() : "nothing");
   MLA_CHECK(out.defined() && out.device() == Device::CUDA && out.dtype() == DType::BF16 && out.ndim() == 3 &&
                 out.size(0) == T && out.size(1) == H && out.size(2) == kMlaLatentDim && out.stride(2) == 1 &&
@@ -104,6 +106,8 @@ void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, float kv_scal
   MlaDecodeParams p{};
   p.q = q.raw(), p.q_stride_t = q.stride(0), p.q_stride_h = q.stride(1);
   p.cache = cache.raw();
+  p.cache_fp8 = fp8;
+  p.kv_scale = kv_scale;
   p.kv_indices = md.kv_indices.data<int32_t>();
   p.kv_start = md.kv_start.data<int32_t>();
   p.seq_lens = md.seq_lens.data<int32_t>();

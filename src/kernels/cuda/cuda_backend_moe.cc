@@ -52,7 +52,7 @@ void CudaBackend::moe_route(const Tensor& logits, const Tensor& bias, const MoeR
                    ids.data<int32_t>(), weights.data<float>(), weights.stride(0), int32_t(T), int32_t(E),
                    int32_t(k), r.num_fused_shared, r.num_groups, r.topk_groups, int32_t(r.method),
                    r.scoring == ScoringFunc::Softmax, r.renormalize, r.routed_scaling_factor};
-  launch_moe_route(p, stream_);
+  launch_moe_route(p, route_warp_per_token_from_scores, stream_);
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
@@ -117,6 +118,24 @@ __global__ void copy_rows_kernel(const bf16* src, int64_t src_ld, const int32_t*
   const bf16* a = src + s * src_ld;
   bf16* b = dst + d * dst_ld;
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) b[i] = a[i];
+}
+
+// Rows of an FP8 KV cache (e4m3 holding latent / kv_scale): the store quantizes BF16 rows as the
+// reference does, the gather widens them back times kv_scale.
+template <bool kStore>
+__global__ void fp8_cache_rows_kernel(const void* src, int64_t src_ld, const int32_t* src_rows, void* dst,
+                                      int64_t dst_ld, const int32_t* dst_rows, int64_t D, float kv_scale) {
+  pdl_wait_and_trigger();
+  int64_t r = blockIdx.x;
+  int64_t s = src_rows ? src_rows[r] : r, d = dst_rows ? dst_rows[r] : r;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    if constexpr (kStore)
+      static_cast<uint8_t*>(dst)[d * dst_ld + i] =
+          fp8::quantize_e4m3(__bfloat162float(static_cast<const bf16*>(src)[s * src_ld + i]), kv_scale);
+    else
+      static_cast<bf16*>(dst)[d * dst_ld + i] =
+          __float2bfloat16(fp8::e4m3_to_float(static_cast<const uint8_t*>(src)[s * src_ld + i]) * kv_scale);
+  }
 }
 
 int threads_for(int64_t n) { return n >= 256 ? 256 : int((n + 31) / 32 * 32); }
@@ -433,6 +452,18 @@ void launch_kv_gather(const void* cache, const int32_t* indices, int64_t S, int6
   }
   launch_pdl(copy_rows_kernel, S, threads_for(D), 0, s, static_cast<const bf16*>(cache), D, indices,
              static_cast<bf16*>(out), ld, nullptr, D);
+}
+
+void launch_kv_store_fp8(const void* latent, int64_t ld, const int32_t* slots, int64_t T, int64_t D, float kv_scale,
+                         void* cache, cudaStream_t s) {
+  if (T == 0) return;
+  launch_pdl(fp8_cache_rows_kernel<true>, T, threads_for(D), 0, s, latent, ld, nullptr, cache, D, slots, D, kv_scale);
+}
+
+void launch_kv_gather_fp8(const void* cache, float kv_scale, const int32_t* indices, int64_t S, int64_t D, void* out,
+                          int64_t ld, cudaStream_t s) {
+  if (S == 0) return;
+  launch_pdl(fp8_cache_rows_kernel<false>, S, threads_for(D), 0, s, cache, D, indices, out, ld, nullptr, D, kv_scale);
 }
 
 }  // namespace mlaserve::cuda

@@ -25,10 +25,16 @@ void launch_kv_store(const void* latent, int64_t ld, const int32_t* slots, int64
                      cudaStream_t s);
 void launch_kv_gather(const void* cache, const int32_t* indices, int64_t S, int64_t D, void* out, int64_t ld,
                       cudaStream_t s);
+// The same for an FP8 cache (e4m3 rows of D bytes holding latent / kv_scale; out BF16).
+void launch_kv_store_fp8(const void* latent, int64_t ld, const int32_t* slots, int64_t T, int64_t D, float kv_scale,
+                         void* cache, cudaStream_t s);
+void launch_kv_gather_fp8(const void* cache, float kv_scale, const int32_t* indices, int64_t S, int64_t D, void* out,
+                          int64_t ld, cudaStream_t s);
 
 // Backend::mla_norm_rope_store (mla_norm_rope_store.cu): latent [T, kv_lora + rope] (row stride
 // latent_ld) normalized and rotated in place, q_pe [T, heads, rope] (strides q_st0, q_st1) rotated in
-// place, and the latent rows stored to cache[slots[t]] (BF16 rows of kv_lora + rope).
+// place, and the latent rows stored to cache[slots[t]] (rows of kv_lora + rope: BF16, or e4m3
+// holding the BF16 values / kv_scale when cache_fp8).
 constexpr int kMlaNormMaxWidth = 1024;  // kv_lora at most
 struct MlaNormRopeStoreParams {
   void* latent;
@@ -39,6 +45,8 @@ struct MlaNormRopeStoreParams {
   const int32_t* slots;
   const float* inv_freq;
   void* cache;
+  bool cache_fp8;
+  float kv_scale;  // FP8 caches: what the stored values are divided by
   int num_tokens, heads, kv_lora, rope;
   float eps, mscale;
 };

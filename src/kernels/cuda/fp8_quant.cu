@@ -1,8 +1,8 @@
 // Per-token-group FP8 quantization (fp8_quant.h): one warp a (token, group).
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/fp8_quant.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -11,7 +11,6 @@ namespace mlaserve::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr float kE4m3Max = 448.0f, kMinAmax = 1e-10f;
 
 __global__ void __launch_bounds__(kWarps * 32)
     quantize_kernel(const __nv_bfloat16* x, int64_t ldx, int64_t T, int64_t K, int64_t group, uint8_t* q, int64_t ldq,
@@ -25,14 +24,35 @@ __global__ void __launch_bounds__(kWarps * 32)
   const __nv_bfloat16* xr = x + t * ldx;
   float amax = 0.f;
   for (int64_t k = begin + lane; k < end; k += 32) amax = fmaxf(amax, fabsf(__bfloat162float(xr[k])));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
-  const float s = fmaxf(amax, kMinAmax) / kE4m3Max;
+  const float s = fp8::warp_group_scale(amax);
   if (lane == 0) scales[t * scale_t + g * scale_g] = s;
   uint8_t* qr = q + t * ldq;
-  // IEEE division as the reference; the conversion rounds to nearest even and saturates.
-  for (int64_t k = begin + lane; k < end; k += 32)
-    qr[k] = __nv_cvt_float_to_fp8(__fdiv_rn(__bfloat162float(xr[k]), s), __NV_SATFINITE, __NV_E4M3);
+  for (int64_t k = begin + lane; k < end; k += 32) qr[k] = fp8::quantize_e4m3(__bfloat162float(xr[k]), s);
+}
+
+// One block a weight block: its amax, then every value over the block's scale.
+constexpr int kBlockThreads = 256;
+__global__ void __launch_bounds__(kBlockThreads)
+    quantize_blocks_kernel(const __nv_bfloat16* w, int64_t N, int64_t K, int64_t bn, int64_t bk, uint8_t* q,
+                           float* scales, int64_t ld_scales) {
+  __shared__ float s_amax[kBlockThreads / 32];
+  const int64_t r0 = int64_t(blockIdx.y) * bn, c0 = int64_t(blockIdx.x) * bk;
+  const int64_t rows = min(N - r0, bn), cols = min(K - c0, bk), n = rows * cols;
+  float amax = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += kBlockThreads)
+    amax = fmaxf(amax, fabsf(__bfloat162float(w[(r0 + i / cols) * K + c0 + i % cols])));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
+  if (threadIdx.x % 32 == 0) s_amax[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.f;
+  for (int i = 0; i < kBlockThreads / 32; ++i) amax = fmaxf(amax, s_amax[i]);
+  const float scale = amax > 0 ? __fdiv_rn(amax, kE4m3Max) : 1.0f;
+  if (threadIdx.x == 0) scales[blockIdx.y * ld_scales + blockIdx.x] = scale;
+  for (int64_t i = threadIdx.x; i < n; i += kBlockThreads) {
+    const int64_t at = (r0 + i / cols) * K + c0 + i % cols;
+    q[at] = fp8::quantize_e4m3(__bfloat162float(w[at]), scale);
+  }
 }
 
 __global__ void transpose_scales_kernel(const float* scales, int64_t lds, int64_t T, int64_t G, float* out,
@@ -51,6 +71,15 @@ void launch_transpose_scales(const float* scales, int64_t lds, int64_t T, int64_
   const int64_t n = G * ld_out;
   if (n == 0) return;
   launch_pdl(transpose_scales_kernel, unsigned((n + 255) / 256), 256, 0, stream, scales, lds, T, G, out, ld_out);
+}
+
+void launch_quantize_fp8_blocks(const void* w, int64_t N, int64_t K, int64_t bn, int64_t bk, void* q, float* scales,
+                                int64_t ld_scales, cudaStream_t stream) {
+  if (N == 0 || K == 0) return;
+  dim3 grid(unsigned((K + bk - 1) / bk), unsigned((N + bn - 1) / bn));
+  quantize_blocks_kernel<<<grid, kBlockThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(w), N, K, bn, bk,
+                                                             static_cast<uint8_t*>(q), scales, ld_scales);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_quantize_fp8_per_token_group(const void* x, int64_t ldx, int64_t T, int64_t K, int64_t group, void* q,

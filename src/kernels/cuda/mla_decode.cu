@@ -1,8 +1,10 @@
 // MLA decode attention on mma.sync (see mla_decode.h), and the combine of split jobs.
 //
 // Used for 16-row jobs (MT = 1); 64-row jobs (MT = 4) run on mla_decode_wgmma.cu, this kernel stays
-// their fallback (MlaDecodePlan::force_mma_sync). Attention block: 8 warps, M = 16 * MT query rows, 64-key tiles of the paged cache brought in by
-// cp.async into a 2-stage ring (each key row: 1152 contiguous bytes at its slot). Per tile:
+// their fallback (MlaDecodePlan::force_mma_sync). Attention block: 8 warps, M = 16 * MT query rows,
+// 64-key tiles of the paged cache brought in by cp.async into a 2-stage ring (each key row: 1152
+// contiguous bytes at its slot; an FP8 cache's 576-byte rows go to a 2-stage e4m3 ring, and each
+// tile is widened into one BF16 tile before use). Per tile:
 //   S = Q K^T   [M, 64]: warps tiled MT (rows) x 8/MT (keys), A and B by ldmatrix from shared memory
 //   softmax     row max across the key-warps through shared memory; P (bf16) to shared memory
 //   O += P V    [M, 512]: each warp all M rows x 64 columns, V^T fragments by ldmatrix.trans from
@@ -38,12 +40,15 @@ __device__ __forceinline__ uint32_t swz(int r, int c, int chunks) { return uint3
 
 // ---- attention -------------------------------------------------------------------------------
 
-template <int MT>
+template <int MT, bool kFp8>
 struct Smem {
   static constexpr int M = 16 * MT, WN = kWarps / MT;
+  // BF16 tiles: the 2-stage ring itself, or the one tile an FP8 stage is widened into.
+  static constexpr int kTiles = kFp8 ? 1 : 2;
   static constexpr size_t q = 0;                                  // [M, 576] bf16, swizzled
-  static constexpr size_t kv = q + size_t(M) * kD * 2;            // [2][64, 576] bf16, swizzled
-  static constexpr size_t p = kv + size_t(2) * kBN * kD * 2;      // [M, 64] bf16, swizzled
+  static constexpr size_t kv = q + size_t(M) * kD * 2;            // [kTiles][64, 576] bf16, swizzled
+  static constexpr size_t f8 = kv + size_t(kTiles) * kBN * kD * 2;  // FP8: [2][64, 576] e4m3 ring
+  static constexpr size_t p = f8 + (kFp8 ? size_t(2) * kF8TileBytes : 0);  // [M, 64] bf16, swizzled
   static constexpr size_t red = p + size_t(M) * kBN * 2;          // [WN, M] f32: row max / row sum
   static constexpr size_t alpha = red + size_t(WN) * M * 4;       // [M] f32: rescale of O this tile
   static constexpr size_t row_m = alpha + size_t(M) * 4;          // [M] f32: final row max
@@ -51,15 +56,17 @@ struct Smem {
   static constexpr size_t bytes = row_l + size_t(M) * 4;
 };
 
-template <int MT>
+template <int MT, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaDecodeParams p, MlaDecodeSchedule s) {
   pdl_wait_and_trigger();
-  using SM = Smem<MT>;
+  using SM = Smem<MT, kFp8>;
+  constexpr int kRowBytes = kFp8 ? kD : kD * 2;
   constexpr int M = SM::M, WN = SM::WN, KW = kBN / WN, NTS = KW / 8;  // S: warp = 16 rows x KW keys
   constexpr int NTO = kL / kWarps / 8;                                // O: warp = M rows x 8 n-tiles
   static_assert(NTS == 1 || NTS % 2 == 0, "key tiling");
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = mma::smem_u32(smem + SM::q), sKV = mma::smem_u32(smem + SM::kv), sP = mma::smem_u32(smem + SM::p);
+  const uint32_t sF8 = mma::smem_u32(smem + SM::f8);
   float* s_red = reinterpret_cast<float*>(smem + SM::red);
   float* s_alpha = reinterpret_cast<float*>(smem + SM::alpha);
   float* s_row_m = reinterpret_cast<float*>(smem + SM::row_m);
@@ -71,9 +78,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaDecodeParams
   const int count = cta.z;
   if (count == 0) return;
   const Job* jobs = reinterpret_cast<const Job*>(s.jobs);
-  const bf16* cache = static_cast<const bf16*>(p.cache);
   const bf16* q = static_cast<const bf16*>(p.q);
-  const float scale_log2 = p.scale * 1.4426950408889634f;
+  // Scores and outputs carry the cache scale (the cache holds latent / kv_scale).
+  const float scale_log2 = p.scale * p.kv_scale * 1.4426950408889634f;
 
   auto load_q = [&](const Job& job) {
     for (int idx = tid; idx < M * kChunks; idx += kThreads) {
@@ -89,14 +96,20 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaDecodeParams
   };
   // 4 threads a key row: the slot of this thread's key in tile `tl` of `jb` (-1 past the job's end).
   auto slot_of = [&](const Job& jb, int tl) { return key_slot(p, jb, tl * kBN + tid / 4); };
-  // Each thread 18 of its row's 72 chunks; rows past the job's end are zero-filled so that
-  // 0-probability columns never multiply garbage.
+  // Each thread a quarter of its row's chunks (18 of 72 BF16, 9 of 36 FP8); rows past the job's end
+  // are zero-filled so that 0-probability columns never multiply garbage.
   auto load_kv = [&](int slot, int stage) {
-    bool valid = slot >= 0;
-    const bf16* src = valid ? cache + int64_t(slot) * kD : cache;
-    uint32_t dst = sKV + stage * (kBN * kD * 2);
+    const bool valid = slot >= 0;
+    const uint8_t* src = static_cast<const uint8_t*>(p.cache) + (valid ? int64_t(slot) * kRowBytes : 0);
+    if constexpr (kFp8) {
+      const uint32_t dst = sF8 + stage * kF8TileBytes + (tid / 4) * kD;
 #pragma unroll
-    for (int c = tid % 4; c < kChunks; c += 4) cp_async16(dst + swz(tid / 4, c, kChunks), src + c * 8, valid);
+      for (int c = tid % 4; c < kF8Chunks; c += 4) cp_async16(dst + c * 16, src + c * 16, valid);
+    } else {
+      const uint32_t dst = sKV + stage * (kBN * kD * 2);
+#pragma unroll
+      for (int c = tid % 4; c < kChunks; c += 4) cp_async16(dst + swz(tid / 4, c, kChunks), src + c * 16, valid);
+    }
   };
   auto advance = [&](int& idx, Job& jb, int& tl) { next_tile(jobs, idx, jb, tl); };
   static_assert(kThreads == 4 * kBN, "load_kv maps 4 threads to a key");
@@ -146,10 +159,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaDecodeParams
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
+    if constexpr (kFp8) {  // the BF16 tile's last readers passed the barrier that ends the previous tile
+      widen_fp8_tile(smem + SM::f8 + stage * kF8TileBytes, smem + SM::kv, tid, kThreads,
+                     [](int r, int c) { return swz(r, c, kChunks); });
+      __syncthreads();
+    }
 
     // ---- S = Q K^T for rows warp_m*16.. and keys warp_n*KW.. of this tile
-    const uint32_t sK = sKV + stage * (kBN * kD * 2);
-    float acc_s[NTS][4];
+    const uint32_t sK = sKV + (kFp8 ? 0 : stage * (kBN * kD * 2));
+    float acc_s[NTS][4], acc_odd[4] = {0.f, 0.f, 0.f, 0.f};  // NTS == 1: odd k-steps, a second MMA chain
 #pragma unroll
     for (int nt = 0; nt < NTS; ++nt)
 #pragma unroll
@@ -161,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaDecodeParams
       if constexpr (NTS == 1) {
         uint32_t b[2];
         mma::ldsm_x2(b, sK + swz(warp_n * KW + (lane & 7), kk * 2 + ((lane >> 3) & 1), kChunks));
-        mma_bf16(acc_s[0], a, b[0], b[1]);
+        mma_bf16(kk % 2 ? acc_odd : acc_s[0], a, b[0], b[1]);
       } else {
 #pragma unroll
         for (int np = 0; np < NTS / 2; ++np) {
@@ -173,8 +191,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaDecodeParams
         }
       }
     }
+    if constexpr (NTS == 1)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[0][e] += acc_odd[e];
 
-    prefetch_row_l2(cache, slot_after, tid % 4, 4);
+    prefetch_row_l2(p.cache, kRowBytes, slot_after, tid % 4, 4);
     slot_next = slot_after;
 
     // ---- online softmax (log2 domain); c[0..1] are row g, c[2..3] row g + 8
@@ -284,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaDecodeParams
         for (int h = 0; h < 2; ++h) {
           int r = mi * 16 + g + 8 * h;
           if (r >= job.num_rows) continue;
-          float l = s_row_l[r], inv = l > 0 ? 1.f / l : 0.f;
+          float l = s_row_l[r], inv = l > 0 ? p.kv_scale / l : 0.f;
           if (!split) {
             RowPlace rp = place_row(p, job, r);
             bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h;
@@ -364,15 +385,25 @@ __global__ void __launch_bounds__(kCombineThreads) mla_decode_combine_kernel(Mla
   reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
 }
 
-template <int MT>
+template <int MT, bool kFp8>
 void run_mma_sync(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
-  constexpr size_t smem = Smem<MT>::bytes;
+  constexpr size_t smem = Smem<MT, kFp8>::bytes;
+  static_assert(smem <= 227 * 1024, "shared memory of one block");
   static bool configured = false;  // per device in practice: one GPU per process here
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(
+        cudaFuncSetAttribute(mla_decode_kernel<MT, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
-  launch_pdl(mla_decode_kernel<MT>, s.num_ctas, kThreads, smem, stream, p, s);
+  launch_pdl(mla_decode_kernel<MT, kFp8>, s.num_ctas, kThreads, smem, stream, p, s);
+}
+
+template <int MT>
+void run_mma_sync(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
+  if (p.cache_fp8)
+    run_mma_sync<MT, true>(p, s, stream);
+  else
+    run_mma_sync<MT, false>(p, s, stream);
 }
 
 }  // namespace

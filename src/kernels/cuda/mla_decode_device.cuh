@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/mla_decode.h"
 
 namespace mlaserve::cuda::mla {
@@ -38,13 +39,40 @@ __device__ __forceinline__ void next_tile(const Job* jobs, int& idx, Job& jb, in
   if (++tl == jb.num_tiles) jb = jobs[++idx], tl = 0;
 }
 
-// Part `part` of `parts` threads sharing a cache row brings it toward L2 (a row is 9 lines of 128
-// bytes): the tile after next, ahead of its cp.async, doubles the bytes in flight without the
-// shared memory of a third stage (prefetching a tile further ahead measured slower). slot < 0: nothing.
-__device__ __forceinline__ void prefetch_row_l2(const bf16* cache, int slot, int part, int parts) {
+// Part `part` of `parts` threads sharing a cache row brings it toward L2 (the 128-byte lines the
+// row of row_bytes touches): the tile after next, ahead of its cp.async, doubles the bytes in flight
+// without the shared memory of a third stage (prefetching a tile further ahead measured slower).
+// slot < 0: nothing.
+__device__ __forceinline__ void prefetch_row_l2(const void* cache, int row_bytes, int slot, int part, int parts) {
   if (slot < 0) return;
-  const char* row = reinterpret_cast<const char*>(cache + int64_t(slot) * kD);
-  for (int l = part; l < kD * 2 / 128; l += parts) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row + l * 128));
+  const uintptr_t row = reinterpret_cast<uintptr_t>(cache) + uintptr_t(slot) * uintptr_t(row_bytes);
+  const uintptr_t first = row & ~uintptr_t(127), last = (row + row_bytes - 1) & ~uintptr_t(127);
+  for (uintptr_t l = first + uintptr_t(part) * 128; l <= last; l += uintptr_t(parts) * 128)
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(l));
+}
+
+// ---- FP8 cache: e4m3 rows of 576 bytes (36 chunks of 16), staged as they are ------------------
+
+constexpr int kF8Chunks = kD / 16;
+constexpr int kF8TileBytes = kBN * kD;  // a staged tile: [64][576] bytes, rows contiguous
+
+// Widens a staged e4m3 tile (src) into the BF16 tile at dst, where 16-byte chunk c (of 72) of row r
+// lies at byte offset dst_offset(r, c). Every e4m3 value is a BF16 value: nothing rounds.
+template <class Offset>
+__device__ __forceinline__ void widen_fp8_tile(const uint8_t* src, uint8_t* dst, int tid, int threads,
+                                               Offset dst_offset) {
+  for (int i = tid; i < kBN * kF8Chunks; i += threads) {
+    const int r = i / kF8Chunks, c = i - r * kF8Chunks;
+    const uint4 v = *reinterpret_cast<const uint4*>(src + i * 16);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint4 lo, hi;
+    lo.x = fp8::e4m3x2_to_bf16x2(w[0] & 0xffff), lo.y = fp8::e4m3x2_to_bf16x2(w[0] >> 16);
+    lo.z = fp8::e4m3x2_to_bf16x2(w[1] & 0xffff), lo.w = fp8::e4m3x2_to_bf16x2(w[1] >> 16);
+    hi.x = fp8::e4m3x2_to_bf16x2(w[2] & 0xffff), hi.y = fp8::e4m3x2_to_bf16x2(w[2] >> 16);
+    hi.z = fp8::e4m3x2_to_bf16x2(w[3] & 0xffff), hi.w = fp8::e4m3x2_to_bf16x2(w[3] >> 16);
+    *reinterpret_cast<uint4*>(dst + dst_offset(r, 2 * c)) = lo;
+    *reinterpret_cast<uint4*>(dst + dst_offset(r, 2 * c + 1)) = hi;
+  }
 }
 
 // Merges the partials of jobs cut between CTAs (rows per job = 16 * s.m_tiles); mla_decode.cu.

@@ -10,6 +10,8 @@
 //   warpgroup 1: waits on a named barrier for P and the rows' rescale, O[:, 256:512] += P V.
 // The tile is read once from memory and serves as K (K-major, for S) and as V (its first 512
 // columns read MN-major, for O). Each warpgroup keeps its half of O in 128 fp32 registers a thread.
+// An FP8 cache's tiles (36.9 KB) come into a 2-stage e4m3 ring instead, and each is widened into
+// one BF16 tile in the same layout before the warpgroups read it.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -33,10 +35,13 @@ constexpr uint32_t kBlockBytes = 64 * 128;                 // 64 rows x 64 colum
 constexpr uint32_t kTileBytes = kChunks / 8 * kBlockBytes;  // 9 blocks: 73728
 static_assert(kBN == 64 && kThreads == 4 * kBN, "4 threads load a key row");
 
-struct Smem {
+template <bool kFp8>
+struct SmemLayout {
+  static constexpr uint32_t kTiles = kFp8 ? 1 : 2;           // BF16 tiles: the ring, or the widened one
   static constexpr uint32_t q = 0;                           // [64, 576]
-  static constexpr uint32_t kv = q + kTileBytes;             // [2][64, 576]
-  static constexpr uint32_t p = kv + 2 * kTileBytes;         // [64, 64] bf16 probabilities
+  static constexpr uint32_t kv = q + kTileBytes;             // [kTiles][64, 576]
+  static constexpr uint32_t f8 = kv + kTiles * kTileBytes;   // FP8: [2][64, 576] e4m3, rows contiguous
+  static constexpr uint32_t p = f8 + (kFp8 ? 2 * kF8TileBytes : 0);  // [64, 64] bf16 probabilities
   static constexpr uint32_t alpha = p + kBlockBytes;         // [64] f32: rescale of O this tile
   static constexpr uint32_t row_l = alpha + kM * 4;          // [64] f32: final row sum
   static constexpr uint32_t row_m = row_l + kM * 4;          // [64] f32: final row max
@@ -56,12 +61,15 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
 }
 constexpr int kBarP = 1;  // warpgroup 0 -> 1: P and alpha of this tile are in shared memory
 
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecodeParams p, MlaDecodeSchedule s) {
   pdl_wait_and_trigger();
+  using Smem = SmemLayout<kFp8>;
+  constexpr int kRowBytes = kFp8 ? kD : kD * 2;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t sQ = mma::smem_u32(smem + Smem::q), sKV = mma::smem_u32(smem + Smem::kv);
-  const uint32_t sP = mma::smem_u32(smem + Smem::p);
+  const uint32_t sP = mma::smem_u32(smem + Smem::p), sF8 = mma::smem_u32(smem + Smem::f8);
   float* s_alpha = reinterpret_cast<float*>(smem + Smem::alpha);
   float* s_row_l = reinterpret_cast<float*>(smem + Smem::row_l);
   float* s_row_m = reinterpret_cast<float*>(smem + Smem::row_m);
@@ -72,9 +80,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
   const int count = cta.z;
   if (count == 0) return;
   const Job* jobs = reinterpret_cast<const Job*>(s.jobs);
-  const bf16* cache = static_cast<const bf16*>(p.cache);
   const bf16* q = static_cast<const bf16*>(p.q);
-  const float scale_log2 = p.scale * 1.4426950408889634f;
+  // Scores and outputs carry the cache scale (the cache holds latent / kv_scale).
+  const float scale_log2 = p.scale * p.kv_scale * 1.4426950408889634f;
 
   // 4 threads a row (query row or key row), 18 of its 72 chunks each; rows past the job's end
   // are zero-filled, so that 0-probability columns never multiply garbage.
@@ -91,10 +99,16 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
   };
   auto load_kv = [&](int slot, int stage) {
     const bool valid = slot >= 0;
-    const bf16* src = valid ? cache + int64_t(slot) * kD : cache;
-    const uint32_t dst = sKV + stage * kTileBytes;
+    const uint8_t* src = static_cast<const uint8_t*>(p.cache) + (valid ? int64_t(slot) * kRowBytes : 0);
+    if constexpr (kFp8) {  // 9 of the row's 36 chunks
+      const uint32_t dst = sF8 + stage * kF8TileBytes + (tid / 4) * kD;
 #pragma unroll
-    for (int c = tid % 4; c < kChunks; c += 4) cp_async16(dst + tile_offset(tid / 4, c), src + (valid ? c * 8 : 0), valid);
+      for (int c = tid % 4; c < kF8Chunks; c += 4) cp_async16(dst + c * 16, src + (valid ? c * 16 : 0), valid);
+    } else {
+      const uint32_t dst = sKV + stage * kTileBytes;
+#pragma unroll
+      for (int c = tid % 4; c < kChunks; c += 4) cp_async16(dst + tile_offset(tid / 4, c), src + (valid ? c * 16 : 0), valid);
+    }
   };
   auto slot_of = [&](const Job& jb, int tl) { return key_slot(p, jb, tl * kBN + tid / 4); };
   auto visible_of = [&](const Job& job, int r) { return r < job.num_rows ? place_row(p, job, r).visible : 0; };
@@ -136,10 +150,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
     }
     mma::cp_async_commit();
     mma::cp_async_wait<1>();
+    if constexpr (kFp8) {  // the BF16 tile's last readers passed the barrier that ends the previous tile
+      __syncthreads();
+      widen_fp8_tile(smem + Smem::f8 + stage * kF8TileBytes, smem + Smem::kv, tid, kThreads, tile_offset);
+    }
     wgmma::fence_async_smem();
     __syncthreads();
 
-    const uint32_t sK = sKV + stage * kTileBytes;
+    const uint32_t sK = sKV + (kFp8 ? 0 : stage * kTileBytes);
     if (wg == 0) {
       // ---- S = Q K^T: 36 steps of K = 16, 4 in each 128-byte block
       float sc[32];
@@ -153,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operand(sc);
-      prefetch_row_l2(cache, slot_after, tid % 4, 4);  // keys 0..31 of the tile after next
+      prefetch_row_l2(p.cache, kRowBytes, slot_after, tid % 4, 4);  // keys 0..31 of the tile after next
 
       // ---- online softmax (log2 domain): sc[4j + e] is row r0 (e < 2) or r0 + 8, key 8j + 2 t4 + e % 2
       const int key0 = tile * kBN + 2 * t4;
@@ -206,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
       wgmma::wait<0>();
       wgmma::fence_operand(o);
     } else {
-      prefetch_row_l2(cache, slot_after, tid % 4, 4);  // keys 32..63 of the tile after next
+      prefetch_row_l2(p.cache, kRowBytes, slot_after, tid % 4, 4);  // keys 32..63 of the tile after next
       bar_sync(kBarP, kThreads);
       const float a0 = s_alpha[r0], a1 = s_alpha[r0 + 8];
       // ---- O[:, 256:512] = O * alpha + P V
@@ -240,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
       for (int h = 0; h < 2; ++h) {
         const int r = r0 + 8 * h;
         if (r >= job.num_rows) continue;
-        const float l = s_row_l[r], inv = l > 0 ? 1.f / l : 0.f;
+        const float l = s_row_l[r], inv = l > 0 ? p.kv_scale / l : 0.f;
         const int col0 = wg * 256 + 2 * t4;
         if (!split) {
           RowPlace rp = place_row(p, job, r);
@@ -280,14 +298,28 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
 
 }  // namespace
 
-void mla::launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
+namespace {
+
+template <bool kFp8>
+void run_wgmma(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
+  constexpr uint32_t smem = SmemLayout<kFp8>::bytes;
+  static_assert(smem <= 227 * 1024, "shared memory of one block");
   static bool configured = false;  // per device in practice: one GPU per process here
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(mla_decode_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(Smem::bytes)));
+    CUDA_CHECK(cudaFuncSetAttribute(mla_decode_wgmma_kernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem)));
     configured = true;
   }
-  launch_pdl(mla_decode_wgmma_kernel, s.num_ctas, kThreads, Smem::bytes, stream, p, s);
+  launch_pdl(mla_decode_wgmma_kernel<kFp8>, s.num_ctas, kThreads, smem, stream, p, s);
+}
+
+}  // namespace
+
+void mla::launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
+  if (p.cache_fp8)
+    run_wgmma<true>(p, s, stream);
+  else
+    run_wgmma<false>(p, s, stream);
 }
 
 }  // namespace mlaserve::cuda

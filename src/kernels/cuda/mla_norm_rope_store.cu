@@ -1,8 +1,12 @@
 // Backend::mla_norm_rope_store on CUDA: one block a token does what rmsnorm, two ropes and kv_store
-// did in four launches (the same fp32 math and rounding points as those kernels).
+// did in four launches (the same fp32 math and rounding points as those kernels). An FP8 cache gets
+// the BF16 results quantized as kv_store would (value / kv_scale, rounded to nearest e4m3).
 #include <cuda_bf16.h>
 
+#include <cmath>
+
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
@@ -18,12 +22,14 @@ __device__ __forceinline__ float weight(const float* w, int i) { return w[i]; }
 
 // Warp 0 normalizes the latent (16-byte accesses, the row held in registers) and writes it to the
 // row and the cache; then every thread rotates pairs: q_pe's heads 0..H-1, and k_pe as head H.
-template <class W>
+template <class W, bool kFp8>
 __global__ void __launch_bounds__(kThreads) mla_norm_rope_store_kernel(MlaNormRopeStoreParams p, const W* norm) {
   pdl_wait_and_trigger();
   const int t = blockIdx.x;
   bf16* row = static_cast<bf16*>(p.latent) + int64_t(t) * p.latent_ld;
-  bf16* cached = static_cast<bf16*>(p.cache) + int64_t(p.slots[t]) * (p.kv_lora + p.rope);
+  const int64_t cache_row = int64_t(p.slots[t]) * (p.kv_lora + p.rope);
+  bf16* cached = static_cast<bf16*>(p.cache) + cache_row;
+  uint8_t* cached_f8 = static_cast<uint8_t*>(p.cache) + cache_row;
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x, nv = p.kv_lora / 8;
     float v[kMaxVecPerLane][8];
@@ -54,7 +60,17 @@ __global__ void __launch_bounds__(kThreads) mla_norm_rope_store_kernel(MlaNormRo
         h[k] = __floats2bfloat162_rn(weight(norm, 8 * c + 2 * k) * (v[j][2 * k] * inv),
                                      weight(norm, 8 * c + 2 * k + 1) * (v[j][2 * k + 1] * inv));
       reinterpret_cast<uint4*>(row)[c] = out;
-      reinterpret_cast<uint4*>(cached)[c] = out;
+      if constexpr (kFp8) {
+        uint32_t q[2] = {0, 0};
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float v = k % 2 ? __high2float(h[k / 2]) : __low2float(h[k / 2]);
+          q[k / 4] |= uint32_t(fp8::quantize_e4m3(v, p.kv_scale)) << (8 * (k % 4));
+        }
+        reinterpret_cast<uint2*>(cached_f8)[c] = make_uint2(q[0], q[1]);
+      } else {
+        reinterpret_cast<uint4*>(cached)[c] = out;
+      }
     }
   }
   const float pos = float(p.positions[t]);
@@ -71,7 +87,10 @@ __global__ void __launch_bounds__(kThreads) mla_norm_rope_store_kernel(MlaNormRo
     bf16 r0 = __float2bfloat16(a * c - b * s), r1 = __float2bfloat16(b * c + a * s);
     x[0] = r0;
     x[1] = r1;
-    if (h == p.heads) {
+    if (h == p.heads && kFp8) {
+      cached_f8[p.kv_lora + 2 * i] = fp8::quantize_e4m3(__bfloat162float(r0), p.kv_scale);
+      cached_f8[p.kv_lora + 2 * i + 1] = fp8::quantize_e4m3(__bfloat162float(r1), p.kv_scale);
+    } else if (h == p.heads) {
       cached[p.kv_lora + 2 * i] = r0;
       cached[p.kv_lora + 2 * i + 1] = r1;
     }
@@ -83,15 +102,20 @@ __global__ void __launch_bounds__(kThreads) mla_norm_rope_store_kernel(MlaNormRo
 bool mla_norm_rope_store_fits(const MlaNormRopeStoreParams& p) {
   auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   return p.kv_lora % 8 == 0 && p.kv_lora <= kMlaNormMaxWidth && p.rope % 2 == 0 && p.latent_ld % 8 == 0 &&
-         (p.kv_lora + p.rope) % 8 == 0 && aligned(p.latent) && aligned(p.cache);
+         (p.kv_lora + p.rope) % 8 == 0 && aligned(p.latent) && aligned(p.cache) &&
+         (!p.cache_fp8 || (p.kv_scale > 0 && std::isfinite(p.kv_scale)));
 }
 
 void launch_mla_norm_rope_store(const MlaNormRopeStoreParams& p, const void* norm, bool norm_f32, cudaStream_t s) {
   if (p.num_tokens == 0) return;
-  if (norm_f32)
-    launch_pdl(mla_norm_rope_store_kernel<float>, p.num_tokens, kThreads, 0, s, p, static_cast<const float*>(norm));
+  auto launch = [&](auto kernel, auto* w) { launch_pdl(kernel, p.num_tokens, kThreads, 0, s, p, w); };
+  const float* w32 = static_cast<const float*>(norm);
+  const bf16* w16 = static_cast<const bf16*>(norm);
+  if (p.cache_fp8)
+    norm_f32 ? launch(mla_norm_rope_store_kernel<float, true>, w32) : launch(mla_norm_rope_store_kernel<bf16, true>, w16);
   else
-    launch_pdl(mla_norm_rope_store_kernel<bf16>, p.num_tokens, kThreads, 0, s, p, static_cast<const bf16*>(norm));
+    norm_f32 ? launch(mla_norm_rope_store_kernel<float, false>, w32)
+             : launch(mla_norm_rope_store_kernel<bf16, false>, w16);
 }
 
 }  // namespace mlaserve::cuda

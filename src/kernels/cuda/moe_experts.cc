@@ -1,6 +1,7 @@
 // MoeRunner: picks the decode kernels or the sorted per-expert GEMM path, and owns what they need.
 #include "kernels/cuda/moe_experts.h"
 
+#include <array>
 #include <map>
 
 #include "kernels/cuda/cuda_check.h"
@@ -45,17 +46,18 @@ struct MoeRunner::State {
     if (host_offsets) cudaFreeHost(host_offsets);
   }
 
-  static std::vector<const std::vector<const void*>*> lists(const Experts& ex) {
-    if (!ex.fp8()) return {&ex.gate, &ex.up, &ex.down};
+  // The pointer lists a table holds, in this order: the first 3, or all 6 for FP8 experts.
+  static std::array<const std::vector<const void*>*, 6> lists(const Experts& ex) {
     return {&ex.gate, &ex.up, &ex.down, &ex.gate_scale, &ex.up_scale, &ex.down_scale};
   }
+  static size_t num_lists(const Experts& ex) { return ex.fp8() ? 6 : 3; }
 
   static bool same(const Table& t, const Experts& ex) {
-    size_t E = ex.gate.size(), i = 0;
-    auto ls = lists(ex);
-    bool same = t.host.size() == ls.size() * E;
-    for (const auto* l : ls)
-      for (size_t e = 0; same && e < E; ++e) same = t.host[i++] == (*l)[e];
+    const size_t E = ex.gate.size(), n = num_lists(ex);
+    const auto ls = lists(ex);
+    bool same = t.host.size() == n * E;
+    for (size_t j = 0, i = 0; same && j < n; ++j)
+      for (size_t e = 0; same && e < E; ++e) same = t.host[i++] == (*ls[j])[e];
     return same;
   }
 
@@ -63,7 +65,8 @@ struct MoeRunner::State {
     Table& t = tables[ex.key];
     if (!same(t, ex)) {
       t.host.clear();
-      for (const auto* l : lists(ex)) t.host.insert(t.host.end(), l->begin(), l->end());
+      const auto ls = lists(ex);
+      for (size_t j = 0; j < num_lists(ex); ++j) t.host.insert(t.host.end(), ls[j]->begin(), ls[j]->end());
       t.aligned = true;
       for (const void* p : t.host) t.aligned = t.aligned && aligned16(p);
       t.dev.ensure(t.host.size() * sizeof(void*));

@@ -11,11 +11,11 @@
 // Where K is short (down: K = I) a block runs several column tiles in turn through one pipeline, so
 // that finding its rows and filling the ring pay off; where rows are few (gate/up at decode) grid.z
 // splits K instead (plan_moe_grouped_gemm_fp8).
-#include <cuda_fp8.h>
 
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_grouped_gemm_fp8.h"
@@ -175,7 +175,6 @@ __global__ void __launch_bounds__(kThreads, 2) moe_grouped_gemm_fp8_kernel(MoeFp
 }
 
 constexpr int kQuantWarps = 8;
-constexpr float kE4m3Max = 448.0f, kMinAmax = 1e-10f;
 
 // One warp a (row, 128 columns): four columns a lane.
 __global__ void __launch_bounds__(kQuantWarps * 32)
@@ -196,15 +195,11 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
   }
   auto silu_mul = [](float x, float u) { return x / (1.0f + expf(-x)) * u; };
   float v[4] = {silu_mul(gs.x, us.x), silu_mul(gs.y, us.y), silu_mul(gs.z, us.z), silu_mul(gs.w, us.w)};
-  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float s = fmaxf(amax, kMinAmax) / kE4m3Max;
+  const float s = fp8::warp_group_scale(fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
   if (lane == 0) act_scale[r * G + grp] = s;
   uint32_t packed = 0;
 #pragma unroll
-  for (int j = 0; j < 4; ++j)  // IEEE division as the reference quantization
-    packed |= uint32_t(__nv_cvt_float_to_fp8(__fdiv_rn(v[j], s), __NV_SATFINITE, __NV_E4M3)) << (8 * j);
+  for (int j = 0; j < 4; ++j) packed |= uint32_t(fp8::quantize_e4m3(v[j], s)) << (8 * j);
   *reinterpret_cast<uint32_t*>(act + r * I + col) = packed;
 }
 

@@ -1,4 +1,4 @@
-// MoE router on the device: scores, group limiting and a fused top-k, one block per token.
+// MoE router on the device: scores, group limiting and a fused top-k (a block or a warp a token).
 // Semantics are exactly CpuBackend::moe_route (ties go to the lower expert index; experts of
 // dropped groups become -inf).
 #pragma once
@@ -31,6 +31,10 @@ struct MoeRouteParams {
   float routed_scaling_factor;
 };
 
-void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream);
+// The warp-per-token kernel runs from this many scores (tokens x experts), the block-per-token one
+// below. Crossings measured (H200, 2026-11-22): V3 (256 experts) between 512 and 1024 tokens,
+// V2-Lite (64) between 1024 and 4096.
+constexpr int64_t kRouteWarpPerTokenFromScores = 3 << 16;
+void launch_moe_route(const MoeRouteParams& p, int64_t warp_per_token_from_scores, cudaStream_t stream);
 
 }  // namespace mlaserve::cuda

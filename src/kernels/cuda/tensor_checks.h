@@ -1,6 +1,8 @@
 // Checks of tensors at the CUDA backend's op boundary, shared by its files.
 #pragma once
 
+#include <cmath>
+
 #include "common/error.h"
 #include "common/tensor.h"
 
@@ -12,6 +14,15 @@ inline void check_matrix(const Tensor& t, DType dtype, int64_t rows, int64_t col
                 t.size(0) == rows && t.size(1) == cols,
             "{}: expected a device {}[{}, {}] with a contiguous last dim, got {}", what, dtype_name(dtype), rows, cols,
             t.defined() ? t.describe() : "nothing");
+}
+
+// The scale of a KV cache of this dtype: any positive one for FP8 e4m3 (which holds latent / scale),
+// 1 for BF16. True for FP8.
+inline bool check_kv_scale(DType cache_dtype, float kv_scale, const char* what) {
+  const bool fp8 = cache_dtype == DType::F8_E4M3;
+  MLA_CHECK(kv_scale > 0 && std::isfinite(kv_scale) && (fp8 || kv_scale == 1.0f),
+            "{}: KV cache scale {}: expected a positive scale for an FP8 cache, 1 for a BF16 one", what, kv_scale);
+  return fp8;
 }
 
 }  // namespace mlaserve::cuda
