@@ -53,7 +53,7 @@ class Fp8QuantizingSource final : public WeightSource {
  private:
   std::unique_ptr<WeightSource> inner_;
   int64_t block_n_, block_k_;
-  Backend* device_;  // where weights made on a device are quantized, if it can
+  Backend* device_;                       // where weights made on a device are quantized, if it can
   std::map<std::string, Tensor> scales_;  // of weights quantized here, until the loader asks for them
 };
 

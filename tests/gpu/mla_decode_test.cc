@@ -90,9 +90,8 @@ class MlaDecode : public GpuTest {
       gpu.mla_decode(qd, cd, kv_scale, m.dev, scale, out2);
       err = std::max(err, rel_l2(gpu.to_host(out2), want));
     }
-    std::printf("  mla_decode H=%lld seqs=%zu T=%lld m_tiles=%d%s%s: rel_l2 %.2e\n", (long long)H,
-                b.seq_lens.size(), (long long)m.T, force_m_tiles, mma_sync ? " mma.sync" : "", fp8 ? " fp8" : "",
-                err);
+    std::printf("  mla_decode H=%lld seqs=%zu T=%lld m_tiles=%d%s%s: rel_l2 %.2e\n", (long long)H, b.seq_lens.size(),
+                (long long)m.T, force_m_tiles, mma_sync ? " mma.sync" : "", fp8 ? " fp8" : "", err);
     ++seed;
     return err;
   }

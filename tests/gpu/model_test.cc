@@ -190,10 +190,12 @@ TEST(CudaModel, Fp8DummyWeightsQuantizedOnTheDeviceAreTheHostOnes) {
 // fp32-cache logits, over a prefill (the MHA form gathers the cache) and absorbed decode steps;
 // then the same on the real MLA widths (16 heads of 576-wide rows through the decode kernels).
 TEST(CudaModel, Fp8KvCacheStaysAsCloseToTheCpuAsTheFp8CacheToAnFp32One) {
-  for (std::string model : {std::string("deepseek-v3-tiny"), std::string("deepseek-v2-lite-tiny"), fixture("v3_mla_dims")}) {
+  for (std::string model :
+       {std::string("deepseek-v3-tiny"), std::string("deepseek-v2-lite-tiny"), fixture("v3_mla_dims")}) {
     cuda::CudaBackend gpu;
     auto cpu = make_cpu_backend();
-    ModelLoadOptions o{.model = model, .load_format = model.find('/') == std::string::npos ? "dummy" : "auto", .seed = 1};
+    ModelLoadOptions o{
+        .model = model, .load_format = model.find('/') == std::string::npos ? "dummy" : "auto", .seed = 1};
     uint64_t prompt_seed = fresh_seed();
     LoadedModel a = load_model(o), b = load_model(o);
     DeepseekModel on_gpu(a.config, std::move(a.weights), gpu), on_cpu(b.config, std::move(b.weights), *cpu);

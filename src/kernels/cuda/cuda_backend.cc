@@ -208,11 +208,11 @@ void CudaBackend::kv_store(const Tensor& latent, const Tensor& slots, Tensor& ca
   MLA_CHECK(cache.size(1) == latent.size(1) && cache.is_contiguous() && slots.size(0) == latent.size(0),
             "kv_store: latent {} into cache {}", latent.describe(), cache.describe());
   if (fp8)
-    launch_kv_store_fp8(latent.raw(), latent.stride(0), slots.data<int32_t>(), latent.size(0), latent.size(1),
-                        kv_scale, cache.raw(), stream_);
+    launch_kv_store_fp8(latent.raw(), latent.stride(0), slots.data<int32_t>(), latent.size(0), latent.size(1), kv_scale,
+                        cache.raw(), stream_);
   else
-    launch_kv_store(latent.raw(), latent.stride(0), slots.data<int32_t>(), latent.size(0), latent.size(1),
-                    cache.raw(), stream_);
+    launch_kv_store(latent.raw(), latent.stride(0), slots.data<int32_t>(), latent.size(0), latent.size(1), cache.raw(),
+                    stream_);
 }
 
 void CudaBackend::mla_norm_rope_store(Tensor& latent, Tensor& q_pe, const Tensor& norm, float eps,
@@ -240,10 +240,10 @@ void CudaBackend::mla_norm_rope_store(Tensor& latent, Tensor& q_pe, const Tensor
   // inputs.
   bool fused = (p.cache_fp8 || kv_scale == 1.0f) && L > 0 && q_pe.size(0) == T && q_pe.stride(2) == 1 &&
                latent.stride(1) == 1 && cache.defined() && cache.device() == Device::CUDA &&
-               (cache.dtype() == DType::BF16 || p.cache_fp8) &&
-               cache.is_contiguous() && cache.ndim() == 2 && cache.size(1) == L + R && norm.defined() &&
-               norm.device() == Device::CUDA && (norm.dtype() == DType::BF16 || norm.dtype() == DType::F32) &&
-               norm.numel() == L && norm.is_contiguous() && positions.defined() && positions.device() == Device::CUDA &&
+               (cache.dtype() == DType::BF16 || p.cache_fp8) && cache.is_contiguous() && cache.ndim() == 2 &&
+               cache.size(1) == L + R && norm.defined() && norm.device() == Device::CUDA &&
+               (norm.dtype() == DType::BF16 || norm.dtype() == DType::F32) && norm.numel() == L &&
+               norm.is_contiguous() && positions.defined() && positions.device() == Device::CUDA &&
                positions.dtype() == DType::I32 && positions.numel() == T && positions.is_contiguous() &&
                slots.defined() && slots.device() == Device::CUDA && slots.dtype() == DType::I32 && slots.numel() == T &&
                slots.is_contiguous() && rope.inv_freq.defined() && rope.inv_freq.device() == Device::CUDA &&

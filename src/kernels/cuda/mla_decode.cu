@@ -47,7 +47,7 @@ struct Smem {
   static constexpr int kTiles = kFp8 ? 1 : 2;
   static constexpr size_t q = 0;                                  // [M, 576] bf16, swizzled
   static constexpr size_t kv = q + size_t(M) * kD * 2;            // [kTiles][64, 576] bf16, swizzled
-  static constexpr size_t f8 = kv + size_t(kTiles) * kBN * kD * 2;  // FP8: [2][64, 576] e4m3 ring
+  static constexpr size_t f8 = kv + size_t(kTiles) * kBN * kD * 2;         // FP8: [2][64, 576] e4m3 ring
   static constexpr size_t p = f8 + (kFp8 ? size_t(2) * kF8TileBytes : 0);  // [M, 64] bf16, swizzled
   static constexpr size_t red = p + size_t(M) * kBN * 2;          // [WN, M] f32: row max / row sum
   static constexpr size_t alpha = red + size_t(WN) * M * 4;       // [M] f32: rescale of O this tile

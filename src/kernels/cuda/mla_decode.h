@@ -3,9 +3,10 @@
 // Every query head attends over the one shared latent KV head (576 = 512 c_kv + 64 k_pe wide), so a
 // block takes many query rows at once (a row is one (query token, head) pair of one sequence) and
 // reads each cache row once for all of them, on tensor cores (BF16, fp32 accumulation, online
-// softmax in fp32; an FP8 cache is widened to BF16 in shared memory): jobs of 64 rows (128 heads, or several queries a seq) on Hopper warpgroup MMA
-// (mla_decode_wgmma.cu), jobs of 16 rows (one query of a TP shard's 16 heads, memory-bound) on
-// mma.sync m16n8k16 (mla_decode.cu). The work is split plan / run (mla_decode_plan.cu plans):
+// softmax in fp32; an FP8 cache is widened to BF16 in shared memory): jobs of 64 rows (128 heads,
+// or several queries a seq) on Hopper warpgroup MMA (mla_decode_wgmma.cu), jobs of 16 rows (one
+// query of a TP shard's 16 heads, memory-bound) on mma.sync m16n8k16 (mla_decode.cu). The work is
+// split plan / run (mla_decode_plan.cu plans):
 //   plan: a kernel reads seq_lens and query_start (on the device) and cuts the batch into jobs
 //         (one sequence x up to 16 * m_tiles rows) of 64-key tiles, then hands every persistent
 //         block (one per SM) an equal, contiguous run of tiles; a job cut between blocks leaves
@@ -36,7 +37,7 @@ struct MlaDecodeParams {
   // stage e4m3 tiles in shared memory and widen them to BF16 there (exact), then run as for BF16.
   const void* cache;
   bool cache_fp8;
-  float kv_scale;  // the cache's values times this are the latents (1 for BF16)
+  float kv_scale;              // the cache's values times this are the latents (1 for BF16)
   const int32_t* kv_indices;   // [sum(seq_lens)] cache slot of each token of each seq
   const int32_t* kv_start;     // [num_seqs + 1] offsets into kv_indices
   const int32_t* seq_lens;     // [num_seqs] keys in the cache per seq

@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
     } else {
       const uint32_t dst = sKV + stage * kTileBytes;
 #pragma unroll
-      for (int c = tid % 4; c < kChunks; c += 4) cp_async16(dst + tile_offset(tid / 4, c), src + (valid ? c * 16 : 0), valid);
+      for (int c = tid % 4; c < kChunks; c += 4)
+        cp_async16(dst + tile_offset(tid / 4, c), src + (valid ? c * 16 : 0), valid);
     }
   };
   auto slot_of = [&](const Job& jb, int tl) { return key_slot(p, jb, tl * kBN + tid / 4); };
@@ -306,8 +307,8 @@ void run_wgmma(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   static bool configured = false;  // per device in practice: one GPU per process here
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(mla_decode_wgmma_kernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(smem)));
+    CUDA_CHECK(
+        cudaFuncSetAttribute(mla_decode_wgmma_kernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
   launch_pdl(mla_decode_wgmma_kernel<kFp8>, s.num_ctas, kThreads, smem, stream, p, s);

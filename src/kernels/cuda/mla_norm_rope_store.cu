@@ -112,7 +112,8 @@ void launch_mla_norm_rope_store(const MlaNormRopeStoreParams& p, const void* nor
   const float* w32 = static_cast<const float*>(norm);
   const bf16* w16 = static_cast<const bf16*>(norm);
   if (p.cache_fp8)
-    norm_f32 ? launch(mla_norm_rope_store_kernel<float, true>, w32) : launch(mla_norm_rope_store_kernel<bf16, true>, w16);
+    norm_f32 ? launch(mla_norm_rope_store_kernel<float, true>, w32)
+             : launch(mla_norm_rope_store_kernel<bf16, true>, w16);
   else
     norm_f32 ? launch(mla_norm_rope_store_kernel<float, false>, w32)
              : launch(mla_norm_rope_store_kernel<bf16, false>, w16);
