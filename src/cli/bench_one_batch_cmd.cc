@@ -28,6 +28,7 @@ struct OneBatchArgs {
   ModelLoadOptions load;  // load_format defaults to dummy (set in register_bench_one_batch)
   std::vector<int> batch_sizes{1}, input_lens{256}, output_lens{16};
   std::string device = "cpu";
+  std::string tuning_dir;
   int num_layers = 0;  // > 0: cut the model to this many layers (for shapes too big to hold)
   bool disable_cuda_graph = false;
   bool disable_shared_experts_fusion = false;
@@ -76,6 +77,7 @@ void run(const OneBatchArgs& a) {
   check_kv_cache_dtype_flag(a.kv_cache_dtype);
   check_quantization_flag(a.load.quantization);
   auto backend = make_backend(a.device);  // first: dummy weights are made on it
+  load_tuned_configs(*backend, a.tuning_dir);
   // The dummy source reads this config as it makes weights: the one without --quantization.
   const ModelConfig stored = config;
   auto source = a.load.load_format == "dummy" ? make_dummy_source(stored, a.load.seed, stored.dtype, backend.get())
@@ -166,6 +168,7 @@ void register_bench_one_batch(CLI::App& app) {
   cmd->add_option("--load-format", a->load.load_format, "dummy | safetensors | auto")->capture_default_str();
   cmd->add_option("--random-seed", a->load.seed)->capture_default_str();
   cmd->add_option("--device", a->device, "cpu | cuda")->capture_default_str();
+  cmd->add_option("--tuning-dir", a->tuning_dir, kTuningDirHelp);
   cmd->add_option("--batch-size", a->batch_sizes, "One or more")->capture_default_str();
   cmd->add_option("--input-len", a->input_lens, "One or more")->capture_default_str();
   cmd->add_option("--output-len", a->output_lens, "One or more")->capture_default_str();

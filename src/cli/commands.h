@@ -14,5 +14,6 @@ void register_tokenize_commands(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_bench_serving(CLI::App& app);
 void register_bench_one_batch(CLI::App& app);
+void register_tune_fp8_gemm(CLI::App& app);
 
 }  // namespace mlaserve::cli

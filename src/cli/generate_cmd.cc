@@ -37,6 +37,7 @@ struct GenerateArgs {
   std::string dump_logits;
   std::string attention_form = "auto";
   std::string device = "cpu";
+  std::string tuning_dir;
   std::string kv_cache_dtype = "auto";
   bool disable_shared_experts_fusion = false;
 };
@@ -79,6 +80,7 @@ void run_generate(const GenerateArgs& a) {
   std::vector<int32_t> prompt = tokenizer ? tokenizer->encode(a.prompt, true) : parse_ids(a.input_ids, vocab);
   for (int32_t id : prompt) MLA_CHECK(id < vocab, "the tokenizer gave id {} outside the model's vocabulary ({})", id, vocab);
   auto backend = make_backend(a.device);  // first: dummy weights are made on it
+  load_tuned_configs(*backend, a.tuning_dir);
   ModelLoadOptions load = a.load;
   load.device = backend.get();
   LoadedModel loaded = load_model(load);
@@ -158,6 +160,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print {\"input_ids\": [...], \"output_ids\": [...]}");
   cmd->add_option("--dump-logits", args->dump_logits, "Write the fp32 logits of every prompt position (safetensors)");
   cmd->add_option("--device", args->device, "cpu | cuda")->capture_default_str();
+  cmd->add_option("--tuning-dir", args->tuning_dir, kTuningDirHelp);
   cmd->add_option("--attention-form", args->attention_form, "auto | mha | absorbed (MLA form of every pass)")
       ->capture_default_str();
   cmd->add_flag("--disable-shared-experts-fusion", args->disable_shared_experts_fusion,

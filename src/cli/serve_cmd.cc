@@ -44,6 +44,7 @@ void run_serve(ServerArgs args) {
   MLA_CHECK(context <= config.max_position_embeddings, "--context-length {} exceeds the model's {}", context,
             config.max_position_embeddings);
   auto backend = make_backend(args.device);  // first: dummy weights are made on it
+  load_tuned_configs(*backend, args.tuning_dir);
   LoadedModel loaded = load_model(
       {args.model_path, args.load_format, args.dtype, args.random_seed, args.quantization, backend.get()});
   DType kv_dtype = kv_cache_dtype_for(args.kv_cache_dtype, backend->activation_dtype());

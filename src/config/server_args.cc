@@ -16,6 +16,9 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
   cmd.add_option("--random-seed", a.random_seed, "Seed of dummy weights")->capture_default_str();
   cmd.add_option("--context-length", a.context_length, "Prompt + output limit (0: the model's)")->capture_default_str();
   cmd.add_option("--device", a.device, "cpu | cuda")->capture_default_str();
+  cmd.add_option("--tuning-dir", a.tuning_dir,
+                 "Folder of tuned kernel configs, fp8_gemm_<device>.json (default: $MLASERVE_TUNING_DIR, else "
+                 "configs/tuning of the checkout)");
   cmd.add_option("--mem-fraction-static", a.mem_fraction_static,
                  "Fraction of device memory for weights + KV pool; the rest is kept for activations, "
                  "workspaces and CUDA graphs (0: 0.85 on CUDA; 0.3 of host memory on the CPU)")->capture_default_str();

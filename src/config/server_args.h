@@ -22,6 +22,7 @@ struct ServerArgs {
   uint64_t random_seed = 0;
   int64_t context_length = 0;  // 0: the model's max_position_embeddings
   std::string device = "cpu";
+  std::string tuning_dir;  // tuned kernel configs (kernels/gemm_tuning.h); "": the default folder
   // Memory and batching
   double mem_fraction_static = 0.0;  // of the device memory, for weights + KV (engine/memory_plan.h); 0: auto
   int64_t max_total_tokens = 0;      // KV pool size in tokens (a cap on the plan); 0: from mem_fraction_static

@@ -13,6 +13,11 @@ void Backend::linear_fp8_w8a8(const Tensor&, const Tensor&, const LinearWeight&,
   fail("the {} backend has no FP8 W8A8 linear (its FP8 weights are converted when loaded)", name());
 }
 
+Fp8GemmTuning Backend::tune_fp8_gemm(const std::vector<std::pair<int64_t, int64_t>>&, const std::vector<int64_t>&,
+                                     const std::function<void(const std::string&)>&) {
+  fail("the {} backend has no FP8 GEMM kernels to tune (tune-fp8-gemm runs with --device cuda)", name());
+}
+
 void Backend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out) {
   int64_t T = x.size(0), K = x.size(1), groups = (K + w.block_k - 1) / w.block_k;
   // Activation groups line up with the weight's K-blocks, so each block's product needs one scale

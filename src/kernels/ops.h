@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/tensor.h"
+#include "kernels/gemm_tuning.h"
 #include "kernels/linear_weight.h"
 #include "kernels/moe_params.h"
 
@@ -112,6 +113,17 @@ class Backend {
   // Device bytes held by the graph pool (for the memory plan's log).
   virtual uint64_t graph_pool_bytes() const { return 0; }
 
+  // Tuned kernel choices (kernels/gemm_tuning.h). device_name() names the tuning file of this
+  // backend's device ("": nothing here is tuned); set_fp8_gemm_tuning gives the table the FP8
+  // linear follows where it has an entry. tune_fp8_gemm times every kernel this backend has for
+  // the FP8 W8A8 linear on each (N, K) weight at each token count and returns the fastest, checked
+  // against the reference kernel; `progress` gets a line per measurement.
+  virtual std::string device_name() const { return ""; }
+  virtual void set_fp8_gemm_tuning(Fp8GemmTuning tuning) {}
+  virtual Fp8GemmTuning tune_fp8_gemm(const std::vector<std::pair<int64_t, int64_t>>& shapes,
+                                      const std::vector<int64_t>& tokens,
+                                      const std::function<void(const std::string&)>& progress);
+
   // Rank and world size of this backend's tensor-parallel group (1 GPU: 0 and 1).
   virtual int rank() const { return 0; }
   virtual int world_size() const { return 1; }
@@ -202,5 +214,9 @@ void apply_linear(Backend& ops, const Tensor& x, const LinearWeight& w, Tensor& 
 std::unique_ptr<Backend> make_cpu_backend();
 // "cpu" or "cuda" (the latter only in builds with CUDA); an unknown name is an Error.
 std::unique_ptr<Backend> make_backend(const std::string& device);
+// Gives a backend with a device_name() the tuned configs of its device from
+// tuning_dir(tuning_dir_flag), where that folder has them; a file there that cannot be read is an
+// Error (refused at start, not ignored).
+void load_tuned_configs(Backend& backend, const std::string& tuning_dir_flag);
 
 }  // namespace mlaserve

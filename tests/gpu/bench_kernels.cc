@@ -15,6 +15,7 @@
 
 #include "common/random.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/event_timer.h"
 #include "kernels/cuda/gemm_runner.h"
 #include "kernels/cuda/moe_experts.h"
 #include "kernels/cuda/mla_decode.h"
@@ -47,30 +48,8 @@ Tensor random_bf16(Shape shape, uint64_t seed, float std = 1.0f) {
   return g_gpu->to_device(h);
 }
 
-// Median milliseconds of `fn` (given the repeat index) over `reps` timed runs.
-// Median time of one call. Short calls run several times between the events (each with its own
-// index, so rotating inputs stay out of L2), or the time from the event to the launch would count.
 double time_ms(const std::function<void(int)>& fn, int reps = 50, int warmup = 5) {
-  for (int i = 0; i < warmup; ++i) fn(i);
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  auto run = [&](int first, int n) {
-    CUDA_CHECK(cudaEventRecord(a, g_gpu->stream()));
-    for (int j = 0; j < n; ++j) fn(first + j);
-    CUDA_CHECK(cudaEventRecord(b, g_gpu->stream()));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    return double(t) / n;
-  };
-  int inner = std::clamp(int(0.2 / std::max(run(warmup, 1), 1e-4)), 1, 20);  // ~0.2 ms per sample
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) ms.push_back(run(i * inner, inner));
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return cuda::median_ms(g_gpu->stream(), fn, reps, warmup);
 }
 
 struct Row {
@@ -496,21 +475,31 @@ void bench_fp8_linear(cuda::CudaBackend& gpu, double copy_bw, std::vector<Row>& 
     const char* name;
     int64_t N, K;
   };
-  // (kv_a, N = 576, is not a whole number of 128-row blocks: it runs as BF16.)
-  for (Lin l : std::vector<Lin>{{"v3.q_b", 24576, 1536}, {"v3.o", 7168, 16384}, {"v3.dense_gate_up", 36864, 7168},
-                               {"v3.dense_down", 7168, 18432}}) {
+  // (kv_a, N = 576, is not a whole number of 128-row blocks: it runs as BF16.) Up to 16 tokens the
+  // op runs the skinny kernel (its default launch, or the tuned one where a file was loaded);
+  // cuBLASLt beside it.
+  for (Lin l : std::vector<Lin>{{"v3.q_a", 1536, 7168},
+                                {"v3.q_b", 24576, 1536},
+                                {"v3.o", 7168, 16384},
+                                {"v3.dense_gate_up", 36864, 7168},
+                                {"v3.dense_down", 7168, 18432}}) {
     int n_sets = int(std::max<int64_t>(1, std::min<int64_t>(8, (int64_t(200) << 20) / (l.N * l.K) + 1)));
     std::vector<LinearWeight> ws;
     for (int i = 0; i < n_sets; ++i) ws.push_back(random_fp8_weight(l.N, l.K, 300 + i));
-    for (int64_t T : {1, 16, 1024, 4096}) {
+    for (int64_t T : {1, 2, 4, 8, 16, 1024, 4096}) {
       Tensor x = random_bf16({T, l.K}, 5), y = gpu.empty(DType::BF16, {T, l.N});
-      double ms = time_ms([&](int i) { apply_linear(gpu, x, ws[i % n_sets], y); });
       double moved = double(l.N * l.K) + 4.0 * ws[0].scale_inv.numel() + 2.0 * (T * l.K + T * l.N);
       double flops = 2.0 * T * l.N * l.K, floor_ms = std::max(flops / fp8_rate, moved / copy_bw) * 1e3;
       bool flop_bound = flops / fp8_rate > moved / copy_bw;
-      rows.push_back({std::string("fp8 linear ") + l.name, fmt::format("T={} N={} K={}", T, l.N, l.K), ms,
-                      flop_bound ? flops / (ms * 1e-3) / 1e12 : moved / (ms * 1e-3) / 1e12, floor_ms, floor_ms / ms,
-                      flop_bound ? "TFLOP/s" : "TB/s"});
+      auto row = [&](const std::string& kernel, double ms) {
+        rows.push_back({kernel, fmt::format("T={} N={} K={}", T, l.N, l.K), ms,
+                        flop_bound ? flops / (ms * 1e-3) / 1e12 : moved / (ms * 1e-3) / 1e12, floor_ms, floor_ms / ms,
+                        flop_bound ? "TFLOP/s" : "TB/s"});
+      };
+      row(std::string("fp8 linear ") + l.name, time_ms([&](int i) { apply_linear(gpu, x, ws[i % n_sets], y); }));
+      if (T <= cuda::kSkinnyFp8MaxRows)
+        row(std::string("  cublaslt ") + l.name,
+            time_ms([&](int i) { gpu.linear_w8a8_cublaslt(x, ws[i % n_sets], y); }));
     }
   }
 }
@@ -527,6 +516,7 @@ int main(int argc, char** argv) {
   }
   auto run = [&](const char* group) { return only.empty() || only == group; };
   cuda::CudaBackend gpu;
+  load_tuned_configs(gpu, "");  // the op follows this device's tuned file where there is one
   g_gpu = &gpu;
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));

@@ -144,5 +144,62 @@ TEST_F(Fp8Linear, AnyNumberOfKBlocksMatchesTheReference) {
     }
 }
 
+// The skinny kernel of decode-sized batches (T <= 16, activation quantization inside) in every
+// launch it has: row tiles 1, 2, 4; split-K 1 to 8 (as many as K has blocks); one and two token
+// tiles; N not a multiple of the CTA's rows; a strided activation; BF16 and F32 outputs.
+TEST_F(Fp8Linear, SkinnyKernelMatchesTheReferenceInEveryLaunch) {
+  struct Shape2 {
+    int64_t N, K;
+  };
+  for (Shape2 sh : {Shape2{1536, 7168}, Shape2{640, 1536}, Shape2{2048, 512}, Shape2{384, 256}}) {
+    LinearWeight w = quantize_fp8_blocks(random_f32({sh.N, sh.K}, seed + sh.N, 0.05f), 128, 128);
+    LinearWeight wd = gpu.to_backend(w);
+    ASSERT_TRUE(wd.is_fp8_block());
+    for (int64_t T : {1, 3, 8, 9, 16}) {
+      Tensor x_wide = bf16_exact({T, sh.K + 128}, seed + T, 2.0f), x = x_wide.narrow(1, 8, sh.K).contiguous();
+      Tensor want = Tensor::empty(DType::F32, {T, sh.N});
+      apply_linear(*cpu, x, w, want);
+      Tensor xd = dev_bf16(x_wide).narrow(1, 8, sh.K);
+      for (int row_tiles : {1, 2, 4})
+        for (int splits : {1, 2, 4, 8}) {
+          const cuda::SkinnyFp8Config c{row_tiles, splits};
+          if (!cuda::skinny_gemm_fp8_valid(c, sh.K)) continue;
+          for (DType out_dt : {DType::F32, DType::BF16}) {
+            Tensor out = poisoned(gpu, out_dt, {T, sh.N});
+            gpu.linear_w8a8_skinny(xd, wd, out, c);
+            const double err = rel_l2(gpu.to_host(out), want);
+            worst = std::max(worst, err);
+            EXPECT_LE(err, out_dt == DType::F32 ? 1e-3 : kBf16Tolerance)
+                << "N=" << sh.N << " K=" << sh.K << " T=" << T << " " << cuda::to_string(c) << " "
+                << dtype_name(out_dt);
+          }
+        }
+    }
+  }
+}
+
+// The op follows a tuned table: cuBLASLt where it says so, the tuned skinny launch, and the default
+// where the table's launch does not fit the shape (a file from another model or GPU).
+TEST_F(Fp8Linear, TunedChoicesAreFollowedAndBadOnesFallBack) {
+  const int64_t N = 1024, K = 256;
+  LinearWeight w = quantize_fp8_blocks(random_f32({N, K}, seed, 0.05f), 128, 128);
+  LinearWeight wd = gpu.to_backend(w);
+  Fp8GemmTuning tuning;
+  tuning.set(N, K, 1, {Fp8GemmChoice::Kernel::Cublaslt});
+  tuning.set(N, K, 4, {Fp8GemmChoice::Kernel::Skinny, 1, 2});
+  tuning.set(N, K, 8, {Fp8GemmChoice::Kernel::Skinny, 4, 8});  // 8 splits of 2 K-blocks: not a launch
+  gpu.set_fp8_gemm_tuning(tuning);
+  for (int64_t T : {1, 4, 8, 16}) {
+    Tensor x = bf16_exact({T, K}, seed + T, 1.0f);
+    Tensor want = Tensor::empty(DType::F32, {T, N});
+    apply_linear(*cpu, x, w, want);
+    Tensor out = poisoned(gpu, DType::F32, {T, N});
+    apply_linear(gpu, dev_bf16(x), wd, out);
+    const double err = rel_l2(gpu.to_host(out), want);
+    worst = std::max(worst, err);
+    EXPECT_LE(err, 1e-3) << "T=" << T;
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve

@@ -39,8 +39,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   allocator_ = std::make_shared<DeviceAllocator>();
   CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
-  CUDA_CHECK(cudaMalloc(&skinny_counters_, size_t(2 * num_sms_) * sizeof(int)));
-  CUDA_CHECK(cudaMemset(skinny_counters_, 0, size_t(2 * num_sms_) * sizeof(int)));
+  MLA_CHECK(2 * num_sms_ <= kSkinnyCounters, "{} SMs: more split-K row blocks than counters", num_sms_);
+  CUDA_CHECK(cudaMalloc(&skinny_counters_, size_t(kSkinnyCounters) * sizeof(int)));
+  CUDA_CHECK(cudaMemset(skinny_counters_, 0, size_t(kSkinnyCounters) * sizeof(int)));
 }
 
 CudaBackend::~CudaBackend() {
@@ -52,6 +53,12 @@ CudaBackend::~CudaBackend() {
   cudaEventDestroy(staging_free_);
   cudaFree(skinny_counters_);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::device_name() const {
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  return prop.name;
 }
 
 Tensor CudaBackend::empty(DType dtype, Shape shape) {

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe_route.h"
+#include "kernels/cuda/skinny_gemm_fp8.h"
 #include "kernels/ops.h"
 
 namespace mlaserve::cuda {
@@ -63,6 +65,16 @@ class CudaBackend final : public Backend {
   void quantize_fp8_per_token_group(const Tensor& x, int64_t group, Tensor& q, Tensor& scales) override;
   void linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) override;
   void linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out) override;
+  // linear_w8a8 through one kernel (tests and the tuner; the op picks by the tuned table): the
+  // skinny kernel with a given launch (T <= 16), or quantization and cuBLASLt's block-scaled GEMM.
+  void linear_w8a8_skinny(const Tensor& x, const LinearWeight& w, Tensor& out, const SkinnyFp8Config& c);
+  void linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out);
+  std::string device_name() const override;
+  void set_fp8_gemm_tuning(Fp8GemmTuning tuning) override { fp8_tuning_ = std::move(tuning); }
+  // cuda_backend_tune.cc
+  Fp8GemmTuning tune_fp8_gemm(const std::vector<std::pair<int64_t, int64_t>>& shapes,
+                              const std::vector<int64_t>& tokens,
+                              const std::function<void(const std::string&)>& progress) override;
   void silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
   void add(Tensor& x, const Tensor& y) override;
   void rope(Tensor& x, const Tensor& positions, const RopeTable& table) override;
@@ -95,6 +107,9 @@ class CudaBackend final : public Backend {
   // cuda_backend_fp8.cc
   void check_fp8_linear(int64_t T, const LinearWeight& w, const Tensor& out) const;
   void fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w, Tensor& out);
+  // The skinny launch linear_w8a8 makes of x · W (the tuned one, else the default), or nothing
+  // where cuBLASLt runs it.
+  std::optional<SkinnyFp8Config> skinny_fp8_choice(const Tensor& x, const LinearWeight& w) const;
 
   int device_;
   cudaStream_t stream_ = nullptr;
@@ -106,7 +121,10 @@ class CudaBackend final : public Backend {
   std::shared_ptr<MlaDecodePlan> mla_decode_plan_;
   std::shared_ptr<MlaAbsorbRunner> absorb_;  // made on first use (cuda_backend_mla_absorb.cc)
   int num_sms_ = 0;
-  int* skinny_counters_ = nullptr;  // split-K arrival counters of the skinny GEMM, [2 * num_sms_], zero
+  // Split-K arrival counters of the skinny GEMMs, one a row block, all zero between launches.
+  static constexpr int64_t kSkinnyCounters = 4096;
+  int* skinny_counters_ = nullptr;
+  Fp8GemmTuning fp8_tuning_;  // from tune-fp8-gemm's file for this device (backend_factory.cc)
   // Pinned staging of copy_from_host, reused once the event says its last copy is done.
   void* staging_ = nullptr;
   size_t staging_bytes_ = 0;

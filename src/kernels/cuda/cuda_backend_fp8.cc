@@ -114,6 +114,47 @@ void CudaBackend::linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const L
 }
 
 void CudaBackend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out) {
+  if (std::optional<SkinnyFp8Config> c = skinny_fp8_choice(x, w))
+    linear_w8a8_skinny(x, w, out, *c);
+  else
+    linear_w8a8_cublaslt(x, w, out);
+}
+
+std::optional<SkinnyFp8Config> CudaBackend::skinny_fp8_choice(const Tensor& x, const LinearWeight& w) const {
+  if (!x.defined() || x.ndim() != 2 || x.dtype() != DType::BF16 || !w.is_fp8_block() || !w.weight.defined())
+    return std::nullopt;
+  const int64_t T = x.size(0), N = w.out_features(), K = w.in_features();
+  if (!skinny_gemm_fp8_fits(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), T, N, K)) return std::nullopt;
+  if (std::optional<Fp8GemmChoice> tuned = fp8_tuning_.find(N, K, T)) {
+    if (tuned->kernel == Fp8GemmChoice::Kernel::Cublaslt) return std::nullopt;
+    SkinnyFp8Config c{tuned->row_tiles, tuned->splits};
+    if (skinny_gemm_fp8_valid(c, K) && skinny_gemm_fp8_blocks(N, c) <= kSkinnyCounters) return c;
+  }
+  if (T > kSkinnyFp8DefaultMaxRows) return std::nullopt;
+  return skinny_gemm_fp8_default(N, K, num_sms_);
+}
+
+void CudaBackend::linear_w8a8_skinny(const Tensor& x, const LinearWeight& w, Tensor& out, const SkinnyFp8Config& c) {
+  const int64_t T = x.defined() ? x.size(0) : 0, N = w.out_features(), K = w.in_features();
+  check_fp8_linear(T, w, out);
+  check_matrix(x, DType::BF16, T, K, "linear_w8a8 x");
+  MLA_CHECK(skinny_gemm_fp8_fits(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), T, N, K) &&
+                skinny_gemm_fp8_valid(c, K) && skinny_gemm_fp8_blocks(N, c) <= kSkinnyCounters,
+            "skinny FP8 linear: T={} N={} K={} with {} is not a launch it has", T, N, K, to_string(c));
+  SkinnySplit split;
+  split.splits = c.splits;
+  Tensor partials;  // lives until the launch is queued: the allocator reuses blocks in stream order
+  if (c.splits > 1) {
+    partials = empty(DType::F32, {int64_t(skinny_gemm_fp8_partial_floats(N, T, c))});
+    split.partials = partials.data<float>();
+    split.counters = skinny_counters_;
+  }
+  launch_skinny_gemm_fp8(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
+                         w.scale_inv.stride(0), out.raw(), out.stride(0), out.dtype() == DType::F32, T, N, K, c, split,
+                         stream_);
+}
+
+void CudaBackend::linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out) {
   int64_t T = x.defined() ? x.size(0) : 0, K = w.in_features(), G = (K + 127) / 128;
   check_fp8_linear(T, w, out);
   check_matrix(x, DType::BF16, T, K, "linear_w8a8 x");

@@ -1,0 +1,319 @@
+// Skinny FP8 W8A8 GEMM (skinny_gemm_fp8.h) on mma.sync m16n8k32 e4m3: W rows as the 16-row A
+// operand, the tokens as the 8-column B operand, so each weight byte is loaded once, 16 bytes a
+// thread, and never staged in shared memory.
+//
+// A warp takes one 128-wide K-block at a time (the block of both the weight and the activation
+// scales): it loads its rows' 128 bytes, quantizes the tokens' 128 values itself (the four lanes of
+// a token hold all of them, so the group's amax is two shuffles), runs 4 MMAs a 16-row tile and
+// token tile from zero, and adds that block's sum to fp32 accumulators times the activation and
+// weight scales, as the CPU reference does (cpu_fp8.cc). The 8 warps of a CTA split the K-blocks and
+// add their sums in shared memory; `splits` CTAs of the same rows split K further (the last to
+// finish, told by a counter, adds their partials in a fixed order).
+//
+// Fragment order: a dot product does not care in which order k is summed, so thread (g = lane / 4,
+// t4 = lane % 4) loads bytes [16 t4, 16 t4 + 16) of each 64-byte half of a row's block, and those
+// serve as fragment columns {4 t4 .. 4 t4 + 3, 16 + 4 t4 .. 16 + 4 t4 + 3} of two MMAs (the first
+// and last 8 bytes), for A and B alike.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fp8_quant.cuh"
+#include "kernels/cuda/mma_primitives.cuh"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/skinny_gemm_fp8.h"
+
+namespace mlaserve::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarps = 8, kBlockK = 128;
+
+__device__ __forceinline__ uint4 load_stream(const uint8_t* p) {  // weights: read once, keep out of L1
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// x / s rounded to nearest as IEEE division does, from the reciprocal r = 1 / s: the product's
+// residual corrects it (cheaper than a division, which is most of this kernel's arithmetic).
+__device__ __forceinline__ float divide(float x, float s, float r) {
+  const float q = x * r;
+  return fmaf(fmaf(-q, s, x), r, q);
+}
+
+// Two BF16 values (low half first) over the scale, as two e4m3 codes in the low 16 bits.
+__device__ __forceinline__ uint32_t quantize_pair(uint32_t two, float s, float r) {
+  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&two));
+  return __nv_cvt_float2_to_fp8x2(make_float2(divide(f.x, s, r), divide(f.y, s, r)), __NV_SATFINITE, __NV_E4M3);
+}
+
+__device__ __forceinline__ float abs_max_pair(float m, uint32_t two) {
+  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&two));
+  return fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+}
+
+// RT: 16-row tiles a CTA; NT: 8-token tiles (T <= 8 NT).
+template <int RT, int NT, bool OUT_F32>
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    skinny_fp8_kernel(const bf16* __restrict__ x, int64_t ldx, const uint8_t* __restrict__ w, int64_t ldw,
+                      const float* __restrict__ ws, int64_t ldws, void* __restrict__ out, int64_t ldo, int T, int N,
+                      int K, SkinnySplit split) {
+  constexpr int kEntries = RT * NT * 4;  // accumulators a thread
+  constexpr int kPairs = kEntries * 32;  // (entry, lane) sums a CTA reduces
+  constexpr int kPerThread = (kPairs + kWarps * 32 - 1) / (kWarps * 32);
+  __shared__ float red[kWarps][kPairs];
+  __shared__ bool last;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int n0 = blockIdx.x * 16 * RT;
+  const int kblocks = K / kBlockK, z = blockIdx.y;
+  const int kb_begin = int(int64_t(kblocks) * z / gridDim.y), kb_end = int(int64_t(kblocks) * (z + 1) / gridDim.y);
+
+  const uint8_t* wrow[RT][2];
+  bool row_ok[RT][2];
+  const float* wsrow[RT];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int n = n0 + rt * 16 + g + 8 * r;
+      row_ok[rt][r] = n < N;
+      wrow[rt][r] = w + int64_t(row_ok[rt][r] ? n : 0) * ldw + t4 * 16;
+    }
+    wsrow[rt] = ws + int64_t(min(n0 + rt * 16, N - 1) / 128) * ldws;
+  }
+  const bf16* xrow[NT];
+  bool tok[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    tok[j] = g + 8 * j < T;
+    xrow[j] = x + int64_t(tok[j] ? g + 8 * j : 0) * ldx + t4 * 16;
+  }
+  // Weights do not depend on the previous kernel: the first blocks' lines start into L2 before the
+  // wait (one lane a row: a row's block is one 128-byte line).
+  if (t4 == 0)
+    for (int kb = kb_begin + warp; kb < min(kb_end, kb_begin + 2 * kWarps); kb += kWarps)
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          if (row_ok[rt][r]) prefetch_l2(wrow[rt][r] + kb * kBlockK);
+  pdl_wait_and_trigger();
+
+  // One K-block's operands: the next block's loads are issued before this one's math, so a
+  // warp always has a block of weights in flight.
+  struct Block {
+    uint4 w[RT][2][2];  // [tile][row g, g + 8][half]
+    uint4 x[NT][2][2];  // [token tile][half][first, second 8 values]
+    float wscale[RT];
+  };
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  auto load = [&](Block& b, int kb) {
+    const int k0 = kb * kBlockK;
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) b.w[rt][r][h] = row_ok[rt][r] ? load_stream(wrow[rt][r] + k0 + 64 * h) : zero;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+          b.x[j][h][u] = tok[j] ? *reinterpret_cast<const uint4*>(xrow[j] + k0 + 64 * h + 8 * u) : zero;
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt) b.wscale[rt] = __ldg(wsrow[rt] + kb);
+  };
+
+  float acc[RT][NT][4] = {};
+  Block cur;
+  if (kb_begin + warp < kb_end) load(cur, kb_begin + warp);
+  for (int kb = kb_begin + warp; kb < kb_end; kb += kWarps) {
+    Block next;
+    if (kb + kWarps < kb_end) load(next, kb + kWarps);
+
+    // The tokens' group of 128: amax over the four lanes of a token, scale, e4m3 codes.
+    uint32_t xq[NT][2][4];
+    float col_scale[NT][2];  // the scales of this thread's C columns: tokens 2 t4 and 2 t4 + 1
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      float amax = 0.f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const uint4 v = cur.x[j][h][u];
+          amax = abs_max_pair(abs_max_pair(abs_max_pair(abs_max_pair(amax, v.x), v.y), v.z), v.w);
+        }
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      const float s = fmaxf(amax, kFp8MinAmax) / kE4m3Max, r = __frcp_rn(s);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const uint4 v = cur.x[j][h][u];
+          xq[j][h][2 * u] = quantize_pair(v.x, s, r) | (quantize_pair(v.y, s, r) << 16);
+          xq[j][h][2 * u + 1] = quantize_pair(v.z, s, r) | (quantize_pair(v.w, s, r) << 16);
+        }
+      col_scale[j][0] = __shfl_sync(0xffffffffu, s, 8 * t4);
+      col_scale[j][1] = __shfl_sync(0xffffffffu, s, 8 * t4 + 4);
+    }
+
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint4 a = cur.w[rt][0][h], b = cur.w[rt][1][h];
+          mma::mma_e4m3(d, {a.x, b.x, a.y, b.y}, xq[j][h][0], xq[j][h][1]);
+          mma::mma_e4m3(d, {a.z, b.z, a.w, b.w}, xq[j][h][2], xq[j][h][3]);
+        }
+        // d: rows g (0, 1) and g + 8 (2, 3), tokens 2 t4 (0, 2) and 2 t4 + 1 (1, 3).
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[rt][j][i] += d[i] * (cur.wscale[rt] * col_scale[j][i & 1]);
+      }
+    cur = next;
+  }
+
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[warp][((rt * NT + j) * 4 + i) * 32 + lane] = acc[rt][j][i];
+  __syncthreads();
+  float sum[kPerThread];
+#pragma unroll
+  for (int m = 0; m < kPerThread; ++m) {
+    const int f = threadIdx.x + m * kWarps * 32;
+    sum[m] = 0.f;
+    if (f < kPairs)
+#pragma unroll
+      for (int v = 0; v < kWarps; ++v) sum[m] += red[v][f];
+  }
+  if (gridDim.y > 1) {
+    // Partials: [block][split][kPairs]. Publish ours, then count; the last CTA adds all in order.
+    float* part = split.partials + int64_t(blockIdx.x) * gridDim.y * kPairs;
+#pragma unroll
+    for (int m = 0; m < kPerThread; ++m) {
+      const int f = threadIdx.x + m * kWarps * 32;
+      if (f < kPairs) part[int64_t(z) * kPairs + f] = sum[m];
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int done = atomicAdd(split.counters + blockIdx.x, 1);
+      last = done == int(gridDim.y) - 1;
+      if (last) split.counters[blockIdx.x] = 0;  // ready for the next launch (and graph replay)
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+#pragma unroll
+    for (int m = 0; m < kPerThread; ++m) {
+      const int f = threadIdx.x + m * kWarps * 32;
+      if (f >= kPairs) continue;
+      sum[m] = 0.f;
+      for (int v = 0; v < int(gridDim.y); ++v) sum[m] += __ldcg(part + int64_t(v) * kPairs + f);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kPerThread; ++m) {
+    const int f = threadIdx.x + m * kWarps * 32;
+    if (f >= kPairs) continue;
+    // Entry (rt, j, i) of lane (g', t4'): row rt * 16 + g' (+ 8 for i >= 2), token 8 j + 2 t4' + (i & 1).
+    const int e = f / 32, ln = f % 32, i = e % 4, j = (e / 4) % NT, rt = e / (4 * NT);
+    const int row = n0 + rt * 16 + ln / 4 + (i >= 2 ? 8 : 0), t = 8 * j + 2 * (ln % 4) + (i & 1);
+    if (row >= N || t >= T) continue;
+    if constexpr (OUT_F32)
+      static_cast<float*>(out)[int64_t(t) * ldo + row] = sum[m];
+    else
+      static_cast<bf16*>(out)[int64_t(t) * ldo + row] = __float2bfloat16(sum[m]);
+  }
+}
+
+template <int RT, int NT>
+void launch_tiles(const bf16* x, int64_t ldx, const uint8_t* w, int64_t ldw, const float* ws, int64_t ldws, void* out,
+                  int64_t ldo, bool out_f32, int T, int N, int K, SkinnySplit split, cudaStream_t stream) {
+  dim3 grid(unsigned((N + 16 * RT - 1) / (16 * RT)), unsigned(split.splits));
+  launch_pdl(out_f32 ? skinny_fp8_kernel<RT, NT, true> : skinny_fp8_kernel<RT, NT, false>, grid, kWarps * 32, 0,
+             stream, x, ldx, w, ldw, ws, ldws, out, ldo, T, N, K, split);
+}
+
+template <int RT>
+void launch_rows(const bf16* x, int64_t ldx, const uint8_t* w, int64_t ldw, const float* ws, int64_t ldws, void* out,
+                 int64_t ldo, bool out_f32, int T, int N, int K, SkinnySplit split, cudaStream_t stream) {
+  if (T <= 8)
+    launch_tiles<RT, 1>(x, ldx, w, ldw, ws, ldws, out, ldo, out_f32, T, N, K, split, stream);
+  else
+    launch_tiles<RT, 2>(x, ldx, w, ldw, ws, ldws, out, ldo, out_f32, T, N, K, split, stream);
+}
+
+}  // namespace
+
+std::string to_string(const SkinnyFp8Config& c) {
+  return fmt::format("row_tiles={} splits={}", c.row_tiles, c.splits);
+}
+
+bool skinny_gemm_fp8_fits(const void* x, int64_t ldx, const void* w, int64_t ldw, int64_t T, int64_t N, int64_t K) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return T >= 1 && T <= kSkinnyFp8MaxRows && K % kBlockK == 0 && N % 16 == 0 && N > 0 && ldx % 8 == 0 &&
+         ldw % 16 == 0 && aligned(x) && aligned(w) && K < (int64_t(1) << 31) && N < (int64_t(1) << 31);
+}
+
+bool skinny_gemm_fp8_valid(const SkinnyFp8Config& c, int64_t K) {
+  return (c.row_tiles == 1 || c.row_tiles == 2 || c.row_tiles == 4) && c.splits >= 1 &&
+         c.splits <= kSkinnyGemmMaxSplits && c.splits <= K / kBlockK;
+}
+
+SkinnyFp8Config skinny_gemm_fp8_default(int64_t N, int64_t K, int num_sms) {
+  // What tune-fp8-gemm found on an H200 (configs/tuning): 64-row CTAs wherever they still give
+  // three SMs in four a CTA (one wave beats 1.7 waves of 32-row CTAs), else 32 rows; then split K
+  // while the CTAs fit twice into the SMs and every warp keeps at least a K-block a split.
+  SkinnyFp8Config c;
+  c.row_tiles = skinny_gemm_fp8_blocks(N, c) * 4 >= int64_t(num_sms) * 3 ? 4 : 2;
+  const int64_t blocks = skinny_gemm_fp8_blocks(N, c), kblocks = K / kBlockK;
+  while (c.splits < kSkinnyGemmMaxSplits && blocks * c.splits * 2 <= num_sms && kblocks >= 2 * c.splits * kWarps)
+    c.splits *= 2;
+  return c;
+}
+
+int64_t skinny_gemm_fp8_blocks(int64_t N, const SkinnyFp8Config& c) {
+  return (N + 16 * c.row_tiles - 1) / (16 * c.row_tiles);
+}
+
+size_t skinny_gemm_fp8_partial_floats(int64_t N, int64_t T, const SkinnyFp8Config& c) {
+  const int64_t nt = T > 8 ? 2 : 1;
+  return c.splits > 1 ? size_t(skinny_gemm_fp8_blocks(N, c) * c.splits * c.row_tiles * nt * 4 * 32) : 0;
+}
+
+void launch_skinny_gemm_fp8(const void* x, int64_t ldx, const void* w, int64_t ldw, const float* w_scales,
+                            int64_t ldws, void* out, int64_t ldo, bool out_f32, int64_t T, int64_t N, int64_t K,
+                            const SkinnyFp8Config& c, SkinnySplit split, cudaStream_t stream) {
+  MLA_CHECK(skinny_gemm_fp8_fits(x, ldx, w, ldw, T, N, K) && skinny_gemm_fp8_valid(c, K) && split.splits == c.splits,
+            "skinny FP8 GEMM: T={} N={} K={} with {} (splits {}) is not a launch it has", T, N, K, to_string(c),
+            split.splits);
+  MLA_CHECK(c.splits == 1 || (split.partials && split.counters), "skinny FP8 GEMM: split-K needs partials and counters");
+  auto xb = static_cast<const bf16*>(x);
+  auto wb = static_cast<const uint8_t*>(w);
+  const int t = int(T), n = int(N), k = int(K);
+  switch (c.row_tiles) {
+    case 1: launch_rows<1>(xb, ldx, wb, ldw, w_scales, ldws, out, ldo, out_f32, t, n, k, split, stream); break;
+    case 2: launch_rows<2>(xb, ldx, wb, ldw, w_scales, ldws, out, ldo, out_f32, t, n, k, split, stream); break;
+    default: launch_rows<4>(xb, ldx, wb, ldw, w_scales, ldws, out, ldo, out_f32, t, n, k, split, stream); break;
+  }
+}
+
+}  // namespace mlaserve::cuda

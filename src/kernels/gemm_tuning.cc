@@ -1,0 +1,146 @@
+#include "kernels/gemm_tuning.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+
+namespace mlaserve {
+
+namespace {
+
+std::string shape_key(int64_t N, int64_t K) { return fmt::format("N={},K={}", N, K); }
+
+nlohmann::json choice_json(const Fp8GemmChoice& c) {
+  nlohmann::json j;
+  if (c.kernel == Fp8GemmChoice::Kernel::Skinny) {
+    j = {{"kernel", "skinny"}, {"row_tiles", c.row_tiles}, {"splits", c.splits}};
+  } else {
+    j = {{"kernel", "cublaslt"}};
+  }
+  if (c.ms > 0) j["ms"] = std::round(c.ms * 1e5) / 1e5;  // 10 ns: the file stays readable
+  return j;
+}
+
+Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where) {
+  MLA_CHECK(j.is_object() && j.contains("kernel") && j["kernel"].is_string(),
+            "{}: expected an object with a \"kernel\" string", where);
+  Fp8GemmChoice c;
+  const std::string kernel = j["kernel"];
+  if (kernel == "skinny") {
+    c.kernel = Fp8GemmChoice::Kernel::Skinny;
+    MLA_CHECK(j.contains("row_tiles") && j["row_tiles"].is_number_integer() && j.contains("splits") &&
+                  j["splits"].is_number_integer(),
+              "{}: a skinny choice needs integer \"row_tiles\" and \"splits\"", where);
+    c.row_tiles = j["row_tiles"];
+    c.splits = j["splits"];
+    MLA_CHECK((c.row_tiles == 1 || c.row_tiles == 2 || c.row_tiles == 4) && c.splits >= 1 && c.splits <= 8,
+              "{}: row_tiles {} (1, 2 or 4) or splits {} (1 to 8) out of range", where, c.row_tiles, c.splits);
+  } else {
+    MLA_CHECK(kernel == "cublaslt", "{}: unknown kernel \"{}\" (skinny or cublaslt)", where, kernel);
+  }
+  if (j.contains("ms") && j["ms"].is_number()) c.ms = j["ms"];
+  return c;
+}
+
+// "123" -> 123, anything else an error.
+int64_t parse_count(const std::string& s, const std::string& where) {
+  size_t used = 0;
+  int64_t v = -1;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+  }
+  MLA_CHECK(used == s.size() && v > 0, "{}: token count \"{}\" is not a positive integer", where, s);
+  return v;
+}
+
+}  // namespace
+
+void Fp8GemmTuning::set(int64_t N, int64_t K, int64_t tokens, const Fp8GemmChoice& choice) {
+  table_[{N, K}][tokens] = choice;
+}
+
+std::optional<Fp8GemmChoice> Fp8GemmTuning::find(int64_t N, int64_t K, int64_t tokens) const {
+  auto shape = table_.find({N, K});
+  if (shape == table_.end() || shape->second.empty()) return std::nullopt;
+  const auto& by_tokens = shape->second;
+  const int64_t largest = by_tokens.rbegin()->first;
+  if (tokens > largest + largest / 2) return std::nullopt;
+  auto above = by_tokens.lower_bound(tokens);
+  if (above == by_tokens.end()) return std::prev(above)->second;
+  if (above == by_tokens.begin() || above->first == tokens) return above->second;
+  auto below = std::prev(above);
+  return tokens - below->first <= above->first - tokens ? below->second : above->second;
+}
+
+nlohmann::json Fp8GemmTuning::to_json() const {
+  nlohmann::json shapes = nlohmann::json::object();
+  for (const auto& [nk, by_tokens] : table_) {
+    nlohmann::json entry = nlohmann::json::object();
+    for (const auto& [tokens, choice] : by_tokens) entry[std::to_string(tokens)] = choice_json(choice);
+    shapes[shape_key(nk.first, nk.second)] = entry;
+  }
+  return {{"device", device_}, {"kernel", kKernelName}, {"shapes", shapes}};
+}
+
+Fp8GemmTuning Fp8GemmTuning::from_json(const nlohmann::json& j, const std::string& what) {
+  MLA_CHECK(j.is_object() && j.contains("shapes") && j["shapes"].is_object(),
+            "{}: expected an object with \"shapes\"", what);
+  MLA_CHECK(j.value("kernel", std::string()) == kKernelName, "{}: \"kernel\" must be \"{}\"", what, kKernelName);
+  Fp8GemmTuning t;
+  t.device_ = j.value("device", std::string());
+  for (const auto& [key, entry] : j["shapes"].items()) {
+    long long N = 0, K = 0;
+    char tail = 0;
+    MLA_CHECK(std::sscanf(key.c_str(), "N=%lld,K=%lld%c", &N, &K, &tail) == 2 && N > 0 && K > 0,
+              "{}: shape key \"{}\" is not of the form N=<rows>,K=<columns>", what, key);
+    MLA_CHECK(entry.is_object(), "{}: shape {} must map token counts to choices", what, key);
+    for (const auto& [tokens, choice] : entry.items()) {
+      const std::string where = fmt::format("{}: shape {} tokens {}", what, key, tokens);
+      t.set(N, K, parse_count(tokens, where), choice_from_json(choice, where));
+    }
+  }
+  return t;
+}
+
+Fp8GemmTuning Fp8GemmTuning::load(const std::string& path) {
+  std::ifstream in(path);
+  MLA_CHECK(in.good(), "cannot read tuned configs {}", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON ({})", path, e.what());
+  }
+  return from_json(j, path);
+}
+
+void Fp8GemmTuning::save(const std::string& path) const {
+  std::ofstream out(path);
+  MLA_CHECK(out.good(), "cannot write tuned configs {}", path);
+  out << to_json().dump(1) << "\n";
+  MLA_CHECK(out.good(), "writing {} failed", path);
+}
+
+std::string Fp8GemmTuning::file_name(const std::string& device) {
+  std::string name = device;
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
+  return "fp8_gemm_" + name + ".json";
+}
+
+std::string tuning_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!dir.empty()) return dir;
+  if (const char* env = std::getenv("MLASERVE_TUNING_DIR"); env && *env) return env;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ((ec ? fs::path(".") : exe.parent_path()) / ".." / "configs" / "tuning").lexically_normal().string();
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,66 @@
+// Tuned kernel choices for the FP8 block-scaled linear, per weight shape (N, K) and token count,
+// as `tune-fp8-gemm` measures them on one GPU model and writes them (one JSON file a device,
+// fp8_gemm_<device>.json). A backend loads the file of its device at start; shapes or token counts
+// it lacks get the backend's defaults. The file:
+//   {"device": "NVIDIA H200", "kernel": "fp8_w8a8_block128",
+//    "shapes": {"N=24576,K=1536": {"1": {"kernel": "skinny", "row_tiles": 4, "splits": 1},
+//                                  "16": {"kernel": "cublaslt"}, ...}, ...}}
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace mlaserve {
+
+struct Fp8GemmChoice {
+  enum class Kernel { Skinny, Cublaslt };
+  Kernel kernel = Kernel::Cublaslt;
+  int row_tiles = 0, splits = 0;  // the skinny kernel's launch (cuda/skinny_gemm_fp8.h)
+  double ms = 0;                  // what the tuner measured (0: not measured)
+  bool operator==(const Fp8GemmChoice& o) const {
+    return kernel == o.kernel && row_tiles == o.row_tiles && splits == o.splits;
+  }
+};
+
+class Fp8GemmTuning {
+ public:
+  // Kernel name in the file: which GEMM the choices are for.
+  static constexpr const char* kKernelName = "fp8_w8a8_block128";
+
+  void set(int64_t N, int64_t K, int64_t tokens, const Fp8GemmChoice& choice);
+  // The choice tuned for the token count nearest to `tokens` (the smaller on a tie) of shape
+  // (N, K); nothing if the shape was not tuned. A token count past the largest tuned one by more
+  // than half of it gets nothing either: a choice made for 16 tokens says nothing about 4096.
+  std::optional<Fp8GemmChoice> find(int64_t N, int64_t K, int64_t tokens) const;
+  size_t shapes() const { return table_.size(); }
+  const std::string& device() const { return device_; }
+  void set_device(std::string d) { device_ = std::move(d); }
+
+  nlohmann::json to_json() const;
+  // Errors name what is wrong (`what`: the file, for messages).
+  static Fp8GemmTuning from_json(const nlohmann::json& j, const std::string& what);
+  static Fp8GemmTuning load(const std::string& path);
+  void save(const std::string& path) const;
+
+  // "fp8_gemm_NVIDIA_H200.json" for "NVIDIA H200": the device name with every character other than
+  // letters, digits, '-' and '.' as '_'.
+  static std::string file_name(const std::string& device);
+
+ private:
+  std::string device_;
+  std::map<std::pair<int64_t, int64_t>, std::map<int64_t, Fp8GemmChoice>> table_;
+};
+
+// The folder of tuned configs: `dir` if given, else $MLASERVE_TUNING_DIR, else configs/tuning beside
+// the folder of the running executable (build/mlaserve -> configs/tuning of the checkout).
+std::string tuning_dir(const std::string& dir);
+inline constexpr const char* kTuningDirHelp =
+    "Folder of tuned kernel configs, fp8_gemm_<device>.json (default: $MLASERVE_TUNING_DIR, else configs/tuning "
+    "of the checkout)";
+
+}  // namespace mlaserve

@@ -1,0 +1,113 @@
+// The tuned FP8 GEMM table: nearest-token lookup, the file's round trip, clear errors for bad
+// files, where the folder is looked for, and what the CPU backend and the CLI do with tuning.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "common/error.h"
+#include "kernels/gemm_tuning.h"
+#include "kernels/ops.h"
+#include "test_paths.h"
+
+namespace mlaserve {
+namespace {
+
+Fp8GemmChoice skinny(int row_tiles, int splits) { return {Fp8GemmChoice::Kernel::Skinny, row_tiles, splits, 0.01}; }
+const Fp8GemmChoice kCublaslt{Fp8GemmChoice::Kernel::Cublaslt, 0, 0, 0.02};
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Fp8GemmTuning, FindsTheNearestTunedTokenCount) {
+  Fp8GemmTuning t;
+  t.set(7168, 16384, 1, skinny(2, 2));
+  t.set(7168, 16384, 4, skinny(2, 1));
+  t.set(7168, 16384, 16, kCublaslt);
+  EXPECT_EQ(t.find(7168, 16384, 1), skinny(2, 2));
+  EXPECT_EQ(t.find(7168, 16384, 2), skinny(2, 2)) << "a tie goes to the smaller count";
+  EXPECT_EQ(t.find(7168, 16384, 3), skinny(2, 1));
+  EXPECT_EQ(t.find(7168, 16384, 10), skinny(2, 1));
+  EXPECT_EQ(t.find(7168, 16384, 11), kCublaslt);
+  EXPECT_EQ(t.find(7168, 16384, 24), kCublaslt) << "up to half past the largest count";
+  EXPECT_FALSE(t.find(7168, 16384, 25)) << "far past what was tuned: the defaults";
+  EXPECT_FALSE(t.find(7168, 1536, 1)) << "a shape not tuned";
+}
+
+TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
+  testing::TempDir dir("tuning");
+  Fp8GemmTuning t;
+  t.set_device("NVIDIA H200");
+  t.set(24576, 1536, 1, skinny(4, 1));
+  t.set(24576, 1536, 16, kCublaslt);
+  const std::string path = dir.file(Fp8GemmTuning::file_name(t.device()));
+  EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H200"), "fp8_gemm_NVIDIA_H200.json");
+  EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H100 80GB HBM3"), "fp8_gemm_NVIDIA_H100_80GB_HBM3.json");
+  t.save(path);
+  Fp8GemmTuning back = Fp8GemmTuning::load(path);
+  EXPECT_EQ(back.device(), "NVIDIA H200");
+  EXPECT_EQ(back.shapes(), 1u);
+  EXPECT_EQ(back.find(24576, 1536, 1), skinny(4, 1));
+  EXPECT_EQ(back.find(24576, 1536, 16), kCublaslt);
+  EXPECT_EQ(back.to_json(), t.to_json());
+}
+
+TEST(Fp8GemmTuning, BadFilesGetErrorsNamingTheFault) {
+  auto from = [](const char* text) {
+    return error_of([&] { Fp8GemmTuning::from_json(nlohmann::json::parse(text), "f.json"); });
+  };
+  const std::string head = R"({"kernel": "fp8_w8a8_block128", "shapes": )";
+  EXPECT_NE(from(R"({"kernel": "other", "shapes": {}})").find("\"kernel\" must be"), std::string::npos);
+  EXPECT_NE(from((head + R"({"N=1,K": {}}})").c_str()).find("shape key \"N=1,K\""), std::string::npos);
+  EXPECT_NE(from((head + R"({"N=128,K=128": {"x": {"kernel": "cublaslt"}}}})").c_str()).find("token count \"x\""),
+            std::string::npos);
+  EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "magic"}}}})").c_str()).find("unknown kernel \"magic\""),
+            std::string::npos);
+  EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "skinny", "row_tiles": 3, "splits": 1}}}})").c_str())
+                .find("row_tiles 3"),
+            std::string::npos);
+  EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "skinny"}}}})").c_str()).find("needs integer"),
+            std::string::npos);
+  testing::TempDir dir("tuning_bad");
+  std::ofstream(dir.file("broken.json")) << "{ not json";
+  EXPECT_NE(error_of([&] { Fp8GemmTuning::load(dir.file("broken.json")); }).find("broken.json: not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { Fp8GemmTuning::load(dir.file("missing.json")); }).find("cannot read"), std::string::npos);
+}
+
+TEST(Fp8GemmTuning, TuningDirComesFromTheFlagTheEnvironmentOrBesideTheBinary) {
+  EXPECT_EQ(tuning_dir("/x/y"), "/x/y");
+  ::setenv("MLASERVE_TUNING_DIR", "/from/env", 1);
+  EXPECT_EQ(tuning_dir(""), "/from/env");
+  ::unsetenv("MLASERVE_TUNING_DIR");
+  const std::string d = tuning_dir("");
+  EXPECT_EQ(d.substr(d.size() - std::string("configs/tuning").size()), "configs/tuning");
+}
+
+TEST(Fp8GemmTuning, TheCpuBackendHasNothingToTuneAndLoadsNothing) {
+  auto cpu = make_cpu_backend();
+  EXPECT_EQ(cpu->device_name(), "");
+  EXPECT_NE(error_of([&] { cpu->tune_fp8_gemm({{128, 128}}, {1}, [](const std::string&) {}); }).find("--device cuda"),
+            std::string::npos);
+  load_tuned_configs(*cpu, "/no/such/folder");  // nothing to load for the CPU: no error
+}
+
+TEST(Fp8GemmTuning, TuneCommandOnTheCpuIsRefusedClearly) {
+  const std::string cmd = testing::mlaserve_binary() + " tune-fp8-gemm --device cpu --shape 256,256 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  EXPECT_NE(pclose(p), 0);
+  EXPECT_NE(out.find("no kernels to tune"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace mlaserve
