@@ -50,13 +50,19 @@ if [ "$memcheck" = 1 ] && command -v compute-sanitizer > /dev/null; then
 fi
 if [ "$bench" = 1 ]; then build-gpu/bench_kernels --json "$out/bench_kernels.json" | tee "$out/bench_kernels.txt"; fi
 if [ "$model_bench" = 1 ]; then
-  # Whole-model decode and prefill with dummy weights made on the GPU: V2-Lite whole and V3 cut to
-  # 4 layers (1 dense + 3 MoE), with CUDA graphs, and V2-Lite eager beside them.
+  # Whole-model decode and prefill with dummy weights made on the GPU: V2-Lite whole, V3 cut to 4
+  # layers (the preset keeps its first 3 dense: 3 dense + 1 MoE, FP8 as the preset says), with CUDA
+  # graphs, and V2-Lite eager beside them; with .carry/v3_4layers (1 dense + 3 MoE, BF16, made as
+  # the header says) also that model in BF16 and with --quantization fp8.
   mb() { build-gpu/mlaserve --log-level warning bench-one-batch --device cuda --input-len 256 --output-len 32 \
            --result-filename "$out/one_batch.jsonl" "$@" 2>&1 | tee -a "$out/one_batch.txt"; }
   mb --model deepseek-v2-lite --batch-size 1 8 32 64 128
   mb --model deepseek-v2-lite --batch-size 1 8 --disable-cuda-graph
   mb --model deepseek-v3 --num-layers 4 --batch-size 1 8 32
+  if [ -f .carry/v3_4layers/config.json ]; then
+    mb --model .carry/v3_4layers --batch-size 1 32 128
+    mb --model .carry/v3_4layers --quantization fp8 --batch-size 1 32 128
+  fi
 fi
 if [ "$serve" = 1 ]; then
   build-gpu/mlaserve serve --device cuda --model .carry/v3_4layers --load-format dummy \

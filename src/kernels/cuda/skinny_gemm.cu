@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/skinny_common.cuh"
 #include "kernels/cuda/skinny_gemm.h"
 
 namespace mlaserve::cuda {
@@ -23,14 +24,6 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 8, kRows = 16, kChunk = 32, kUnroll = 4;
-
-__device__ __forceinline__ uint4 load_stream(const bf16* p) {  // weights: read once, keep out of L1
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
@@ -87,8 +80,8 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_gemm_kernel(const bf16* __
     for (int u = 0; u < kUnroll; ++u) {
       int ch = ch0 + u * kWarps, k = ch * kChunk;
       bool in = ch < c_end && k + t4 * 8 < K;  // K % 8 == 0: a thread's 8 values are all in or all out
-      va[u] = in && row_a ? load_stream(wa + k) : zero;
-      vb[u] = in && row_b ? load_stream(wb + k) : zero;
+      va[u] = in && row_a ? skinny::load_stream(wa + k) : zero;
+      vb[u] = in && row_b ? skinny::load_stream(wb + k) : zero;
 #pragma unroll
       for (int j = 0; j < NT; ++j) vx[u][j] = in && tok[j] ? *reinterpret_cast<const uint4*>(xt[j] + k) : zero;
     }
@@ -117,11 +110,7 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_gemm_kernel(const bf16* __
     for (int i = 0; i < NT * 4; ++i) part[(int64_t(z) * NT * 4 + i) * 32 + lane] = sum[i];
     __threadfence();
     __syncwarp();
-    if (lane == 0) {
-      int done = atomicAdd(split.counters + blockIdx.x, 1);
-      last = done == int(gridDim.y) - 1;
-      if (last) split.counters[blockIdx.x] = 0;  // ready for the next launch (and graph replay)
-    }
+    if (lane == 0) last = skinny::arrive_last(split.counters + blockIdx.x, int(gridDim.y));
     __syncwarp();
     if (!last) return;
     __threadfence();

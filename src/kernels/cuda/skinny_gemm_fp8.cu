@@ -19,11 +19,12 @@
 
 #include <algorithm>
 
+#include "common/dtype.h"
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/skinny_common.cuh"
 #include "kernels/cuda/skinny_gemm_fp8.h"
 
 namespace mlaserve::cuda {
@@ -34,16 +35,9 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 8, kBlockK = 128;
 
-__device__ __forceinline__ uint4 load_stream(const uint8_t* p) {  // weights: read once, keep out of L1
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-// x / s rounded to nearest as IEEE division does, from the reciprocal r = 1 / s: the product's
-// residual corrects it (cheaper than a division, which is most of this kernel's arithmetic).
+// x / s from the reciprocal r = 1 / s, corrected once by the product's residual: the IEEE quotient
+// but for rare last-bit cases, far below the e4m3 rounding that follows. IEEE division cost most
+// of this kernel's time, and zero values (tokens past T) took its slow path in every lane.
 __device__ __forceinline__ float divide(float x, float s, float r) {
   const float q = x * r;
   return fmaf(fmaf(-q, s, x), r, q);
@@ -122,7 +116,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) b.w[rt][r][h] = row_ok[rt][r] ? load_stream(wrow[rt][r] + k0 + 64 * h) : zero;
+        for (int h = 0; h < 2; ++h)
+          b.w[rt][r][h] = row_ok[rt][r] ? skinny::load_stream(wrow[rt][r] + k0 + 64 * h) : zero;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -213,11 +208,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     }
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) {
-      const int done = atomicAdd(split.counters + blockIdx.x, 1);
-      last = done == int(gridDim.y) - 1;
-      if (last) split.counters[blockIdx.x] = 0;  // ready for the next launch (and graph replay)
-    }
+    if (threadIdx.x == 0) last = skinny::arrive_last(split.counters + blockIdx.x, int(gridDim.y));
     __syncthreads();
     if (!last) return;
     __threadfence();
@@ -305,7 +296,8 @@ void launch_skinny_gemm_fp8(const void* x, int64_t ldx, const void* w, int64_t l
   MLA_CHECK(skinny_gemm_fp8_fits(x, ldx, w, ldw, T, N, K) && skinny_gemm_fp8_valid(c, K) && split.splits == c.splits,
             "skinny FP8 GEMM: T={} N={} K={} with {} (splits {}) is not a launch it has", T, N, K, to_string(c),
             split.splits);
-  MLA_CHECK(c.splits == 1 || (split.partials && split.counters), "skinny FP8 GEMM: split-K needs partials and counters");
+  MLA_CHECK(c.splits == 1 || (split.partials && split.counters),
+            "skinny FP8 GEMM: split-K needs partials and counters");
   auto xb = static_cast<const bf16*>(x);
   auto wb = static_cast<const uint8_t*>(w);
   const int t = int(T), n = int(N), k = int(K);
