@@ -1,5 +1,6 @@
 // CudaBackend's FP8 W8A8 linear: per-token-group activation quantization (fp8_quant.cu) and the
-// block-scaled GEMM of GemmRunner (cuBLASLt), with FP8 weights kept as e4m3 plus their block scales.
+// block-scaled GEMM of GemmRunner (cuBLASLt), or for decode's few tokens the skinny FP8 kernel
+// (skinny_gemm_fp8.cu), as the tuned table says; FP8 weights kept as e4m3 plus their block scales.
 #include <cuda_runtime.h>
 
 #include <algorithm>
