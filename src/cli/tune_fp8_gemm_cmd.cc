@@ -72,8 +72,7 @@ void run(const TuneArgs& a) {
   const std::string device = backend->device_name();
   MLA_CHECK(!device.empty(), "tune-fp8-gemm: the {} backend has no kernels to tune (use --device cuda)",
             backend->name());
-  const std::string dir = tuning_dir(a.tuning_dir);
-  const std::string path = (std::filesystem::path(dir) / Fp8GemmTuning::file_name(device)).string();
+  const std::string path = Fp8GemmTuning::path(a.tuning_dir, device);
   spdlog::info("tuning {} FP8 linear shapes at {} token counts on {}", shapes.size(), a.tokens.size(), device);
 
   const Fp8GemmTuning fresh = backend->tune_fp8_gemm({shapes.begin(), shapes.end()}, a.tokens,
@@ -90,7 +89,7 @@ void run(const TuneArgs& a) {
                                    : std::string("cublaslt");
       std::printf("%-8lld %-8lld %-6lld %-32s %10.4f\n", (long long)N, (long long)K, (long long)T, what.c_str(), c.ms);
     }
-  std::filesystem::create_directories(dir);
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   merged.save(path);
   spdlog::info("wrote {}", path);
 }

@@ -13,14 +13,14 @@ namespace mlaserve {
 void load_tuned_configs(Backend& backend, const std::string& dir_flag) {
   const std::string device = backend.device_name();
   if (device.empty()) return;
-  const std::string dir = tuning_dir(dir_flag);
-  const std::string path = (std::filesystem::path(dir) / Fp8GemmTuning::file_name(device)).string();
+  const std::string path = Fp8GemmTuning::path(dir_flag, device);
   if (!std::filesystem::exists(path)) {
     // An explicit folder without this device's file is worth a warning; the default one may lack it.
     if (dir_flag.empty())
       spdlog::info("no tuned FP8 GEMM configs for {} ({}): built-in defaults", device, path);
     else
-      spdlog::warn("--tuning-dir {}: no {} for {}; built-in defaults", dir, Fp8GemmTuning::file_name(device), device);
+      spdlog::warn("--tuning-dir {}: no {} for {}; built-in defaults", dir_flag, Fp8GemmTuning::file_name(device),
+                   device);
     return;
   }
   Fp8GemmTuning tuning = Fp8GemmTuning::load(path);

@@ -134,6 +134,10 @@ std::string Fp8GemmTuning::file_name(const std::string& device) {
   return "fp8_gemm_" + name + ".json";
 }
 
+std::string Fp8GemmTuning::path(const std::string& dir_flag, const std::string& device) {
+  return (std::filesystem::path(tuning_dir(dir_flag)) / file_name(device)).string();
+}
+
 std::string tuning_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   if (!dir.empty()) return dir;

@@ -50,6 +50,8 @@ class Fp8GemmTuning {
   // "fp8_gemm_NVIDIA_H200.json" for "NVIDIA H200": the device name with every character other than
   // letters, digits, '-' and '.' as '_'.
   static std::string file_name(const std::string& device);
+  // That file in tuning_dir(dir_flag), where the runtime reads it and the tuner writes it.
+  static std::string path(const std::string& dir_flag, const std::string& device);
 
  private:
   std::string device_;
