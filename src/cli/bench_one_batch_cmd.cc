@@ -17,6 +17,7 @@
 #include "config/quantization_flags.h"
 #include "engine/forward_batch.h"
 #include "engine/model_runner.h"
+#include "model/absorbed_weights.h"
 #include "model/load_model.h"
 #include "weights/weight_loader.h"
 
@@ -32,6 +33,7 @@ struct OneBatchArgs {
   int num_layers = 0;  // > 0: cut the model to this many layers (for shapes too big to hold)
   bool disable_cuda_graph = false;
   bool disable_shared_experts_fusion = false;
+  bool enable_fp8_bmm = false;
   std::string kv_cache_dtype = "auto";
   std::string result_file;
 };
@@ -43,14 +45,18 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // Weight bytes one decode step of `batch` sequences reads: every dense weight once and, per MoE
 // layer, the experts the batch touches (expected count under uniform routing). Over the copy
 // bandwidth this is the step's floor. BF16 weights, or with `fp8` the linears in e4m3 except those
-// the CUDA backend keeps in BF16: kv_a (576 rows, not whole blocks), W_UK / W_UV (kv_b, absorbed),
-// the router and lm_head.
-double decode_weight_bytes(const ModelConfig& c, int64_t batch, bool fp8) {
+// the CUDA backend keeps in BF16: kv_a (576 rows, not whole blocks), the router and lm_head; W_UK /
+// W_UV (absorbed kv_b) in e4m3 where its 128-blocks fall within heads (DeepSeek's dims) and the
+// batch runs the FP8 BMM (up to kFp8BmmMaxTokens), else BF16.
+double decode_weight_bytes(const ModelConfig& c, int64_t batch, bool fp8, bool fp8_bmm_on) {
   const double wide = 2.0, narrow = fp8 ? 1.0 : 2.0;
   double H = double(c.hidden_size), nh = double(c.num_attention_heads), L = double(c.kv_lora_rank);
   double qk = double(c.qk_head_dim()), r = double(c.qk_rope_head_dim), v = double(c.v_head_dim);
   double q = c.q_lora_rank > 0 ? H * double(c.q_lora_rank) + double(c.q_lora_rank) * nh * qk : H * nh * qk;
-  double attention = (q + nh * v * H) * narrow + (H * (L + r) + L * nh * (double(c.qk_nope_head_dim) + v)) * wide;
+  const bool fp8_bmm = c.qk_nope_head_dim % 128 == 0 && c.v_head_dim % 128 == 0 && c.kv_lora_rank % 128 == 0 &&
+                       batch <= kFp8BmmMaxTokens && fp8_bmm_on;
+  double attention = (q + nh * v * H) * narrow + H * (L + r) * wide +
+                     L * nh * (double(c.qk_nope_head_dim) + v) * (fp8_bmm ? narrow : wide);
   double E = double(c.n_routed_experts), k = double(c.num_experts_per_tok), I = double(c.moe_intermediate_size);
   double touched = E > 0 ? E * (1.0 - std::pow(1.0 - k / E, double(batch))) : 0.0;
   double bytes = double(c.vocab_size) * H * wide;  // lm_head
@@ -93,7 +99,7 @@ void run(const OneBatchArgs& a) {
                 *std::max_element(a.output_lens.begin(), a.output_lens.end());
   DType kv_dtype = kv_cache_dtype_for(a.kv_cache_dtype, backend->activation_dtype());
   ModelRunner runner(std::move(backend), config, std::move(weights), int64_t(max_bs) * max_len, kv_dtype,
-                     {.fuse_shared_experts = !a.disable_shared_experts_fusion});
+                     {.fuse_shared_experts = !a.disable_shared_experts_fusion, .fp8_bmm = a.enable_fp8_bmm});
   Backend& ops = runner.backend();
   // Like the server: decode batches replay CUDA graphs, captured here for the batch sizes timed.
   if (ops.supports_graphs() && !a.disable_cuda_graph) runner.capture_decode_graphs(a.batch_sizes);
@@ -139,13 +145,14 @@ void run(const OneBatchArgs& a) {
         // Whether the decode steps replayed a graph (a size may fail to capture: see DecodeGraphs).
         const std::vector<int>& sizes = runner.decode_graph_sizes();
         bool graph = std::find(sizes.begin(), sizes.end(), bs) != sizes.end();
-        double weight_bytes = decode_weight_bytes(config, bs, config.quantization.has_value());
+        double weight_bytes = decode_weight_bytes(config, bs, config.quantization.has_value(), a.enable_fp8_bmm);
         std::printf("%-6d %-6d %-6d %12.4f %14.1f %14.3f %14.1f %10.3f %12.3f\n", bs, in_len, out_len, prefill,
                     double(bs) * in_len / prefill, median * 1e3, median > 0 ? bs / median : 0.0, total,
                     weight_bytes / 1e9);
         if (!a.result_file.empty()) {
           nlohmann::json j = {{"model", a.load.model}, {"device", a.device},
                               {"cuda_graph", graph}, {"shared_experts_fusion", !a.disable_shared_experts_fusion},
+                              {"fp8_bmm", a.enable_fp8_bmm},
                               {"kv_cache_dtype", dtype_name(kv_dtype)}, {"quantization", a.load.quantization},
                               {"num_layers", config.num_hidden_layers},
                               {"batch_size", bs}, {"input_len", in_len}, {"output_len", out_len},
@@ -176,6 +183,9 @@ void register_bench_one_batch(CLI::App& app) {
   cmd->add_flag("--disable-cuda-graph", a->disable_cuda_graph, "Time eager decode steps (no CUDA graphs)");
   cmd->add_flag("--disable-shared-experts-fusion", a->disable_shared_experts_fusion,
                 "Run MoE shared experts as their own MLP, not as extra experts every token picks");
+  cmd->add_flag("--enable-fp8-bmm", a->enable_fp8_bmm,
+                "Run the absorbed MLA products (W_UK / W_UV) of an FP8 model as the FP8 BMM at decode batches of "
+                "up to 16 tokens (BF16 otherwise)");
   cmd->add_option("--quantization", a->load.quantization, "fp8: linear weights to FP8 128x128 blocks at load");
   cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype, "auto | fp8_e4m3")->capture_default_str();
   cmd->add_option("--result-filename", a->result_file, "Append one JSON line per configuration");

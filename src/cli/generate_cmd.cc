@@ -40,6 +40,7 @@ struct GenerateArgs {
   std::string tuning_dir;
   std::string kv_cache_dtype = "auto";
   bool disable_shared_experts_fusion = false;
+  bool enable_fp8_bmm = false;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
@@ -86,7 +87,7 @@ void run_generate(const GenerateArgs& a) {
   LoadedModel loaded = load_model(load);
   auto sampler = make_cpu_backend();  // draws on the host logits: the reference sampler
   DeepseekModel model(loaded.config, std::move(loaded.weights), *backend,
-                      {.fuse_shared_experts = !a.disable_shared_experts_fusion});
+                      {.fuse_shared_experts = !a.disable_shared_experts_fusion, .fp8_bmm = a.enable_fp8_bmm});
   const ModelConfig& c = model.config();
   int64_t total = int64_t(prompt.size()) + a.max_new_tokens;
   MLA_CHECK(total <= c.max_position_embeddings, "prompt + new tokens ({}) exceed max_position_embeddings ({})", total,
@@ -165,6 +166,9 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--disable-shared-experts-fusion", args->disable_shared_experts_fusion,
                 "Run MoE shared experts as their own MLP, not as extra experts every token picks");
+  cmd->add_flag("--enable-fp8-bmm", args->enable_fp8_bmm,
+                "Run the absorbed MLA products (W_UK / W_UV) of an FP8 model as the FP8 BMM at decode batches of "
+                "up to 16 tokens (BF16 otherwise)");
   cmd->callback([args] { run_generate(*args); });
 }
 

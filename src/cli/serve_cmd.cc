@@ -62,7 +62,7 @@ void run_serve(ServerArgs args) {
   ModelRunner runner(
       std::move(backend), loaded.config, std::move(loaded.weights),
       [&](Backend& b) { return kv_pool_tokens(b, loaded.config, kv_dtype, pool); }, kv_dtype,
-      {.fuse_shared_experts = !args.disable_shared_experts_fusion});
+      {.fuse_shared_experts = !args.disable_shared_experts_fusion, .fp8_bmm = args.enable_fp8_bmm});
   if (!graph_sizes.empty()) runner.capture_decode_graphs(graph_sizes);
   int64_t slots = runner.num_slots();
   context = std::min(context, slots);  // a request longer than the pool could never run

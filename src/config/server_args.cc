@@ -39,6 +39,9 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
   cmd.add_flag("--disable-shared-experts-fusion", a.disable_shared_experts_fusion,
                "Run MoE shared experts as their own MLP (by default batches of up to 256 tokens run them as "
                "extra experts every token picks)");
+  cmd.add_flag("--enable-fp8-bmm", a.enable_fp8_bmm,
+               "Run the absorbed MLA products (W_UK / W_UV) of an FP8 model as the FP8 BMM at decode batches of "
+               "up to 16 tokens (BF16 otherwise)");
   cmd.add_flag("--disable-cuda-graph", a.disable_cuda_graph, "Run decode batches eagerly, without CUDA graphs");
   cmd.add_option("--cuda-graph-max-bs", a.cuda_graph_max_bs,
                  "Largest decode batch captured as a CUDA graph (0: min(128, --max-running-requests))")
@@ -105,6 +108,7 @@ nlohmann::json ServerArgs::to_json() const {
           {"disable_radix_cache", disable_radix_cache}, {"disable_overlap_schedule", disable_overlap_schedule},
           {"enable_mixed_chunk", enable_mixed_chunk},
           {"kv_cache_dtype", kv_cache_dtype}, {"disable_shared_experts_fusion", disable_shared_experts_fusion},
+          {"enable_fp8_bmm", enable_fp8_bmm},
           {"disable_cuda_graph", disable_cuda_graph},
           {"cuda_graph_max_bs", cuda_graph_max_bs}, {"cuda_graph_bs", cuda_graph_bs}, {"host", host},
           {"port", port}, {"api_key_set", !api_key.empty()}, {"max_n", max_n}};

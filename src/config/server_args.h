@@ -38,6 +38,9 @@ struct ServerArgs {
   // Shared experts run as dense MLPs beside the routed ones (by default they are fused into the
   // routed experts for batches of up to 256 tokens: DeepseekModelOptions)
   bool disable_shared_experts_fusion = false;
+  // W_UK / W_UV of FP8 models as the FP8 BMM at decode batches of up to 16 tokens
+  // (DeepseekModelOptions::fp8_bmm; off by default)
+  bool enable_fp8_bmm = false;
   // CUDA graphs of decode (engine/decode_graphs.h)
   bool disable_cuda_graph = false;
   int cuda_graph_max_bs = 0;         // 0: min(128, --max-running-requests)

@@ -13,6 +13,14 @@ void Backend::linear_fp8_w8a8(const Tensor&, const Tensor&, const LinearWeight&,
   fail("the {} backend has no FP8 W8A8 linear (its FP8 weights are converted when loaded)", name());
 }
 
+void Backend::mla_absorb_q_w8a8(const Tensor&, const Tensor&, const LinearWeight&, Tensor&) {
+  fail("the {} backend has no FP8 BMM for the absorbed MLA projections", name());
+}
+
+void Backend::mla_absorb_out_w8a8(const Tensor&, const LinearWeight&, Tensor&) {
+  fail("the {} backend has no FP8 BMM for the absorbed MLA projections", name());
+}
+
 Fp8GemmTuning Backend::tune_fp8_gemm(const std::vector<std::pair<int64_t, int64_t>>&, const std::vector<int64_t>&,
                                      const std::function<void(const std::string&)>&) {
   fail("the {} backend has no FP8 GEMM kernels to tune (tune-fp8-gemm runs with --device cuda)", name());

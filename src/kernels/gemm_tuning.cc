@@ -18,7 +18,7 @@ std::string shape_key(int64_t N, int64_t K) { return fmt::format("N={},K={}", N,
 nlohmann::json choice_json(const Fp8GemmChoice& c) {
   nlohmann::json j;
   if (c.kernel == Fp8GemmChoice::Kernel::Skinny) {
-    j = {{"kernel", "skinny"}, {"row_tiles", c.row_tiles}, {"splits", c.splits}};
+    j = {{"kernel", "skinny"}, {"row_tiles", c.row_tiles}, {"splits", c.splits}, {"k_warps", c.k_warps}};
   } else {
     j = {{"kernel", "cublaslt"}};
   }
@@ -40,6 +40,12 @@ Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where
     c.splits = j["splits"];
     MLA_CHECK((c.row_tiles == 1 || c.row_tiles == 2 || c.row_tiles == 4) && c.splits >= 1 && c.splits <= 8,
               "{}: row_tiles {} (1, 2 or 4) or splits {} (1 to 8) out of range", where, c.row_tiles, c.splits);
+    if (j.contains("k_warps")) {
+      MLA_CHECK(j["k_warps"].is_number_integer(), "{}: \"k_warps\" must be an integer", where);
+      c.k_warps = j["k_warps"];
+      MLA_CHECK(c.k_warps == 1 || c.k_warps == 2 || c.k_warps == 4 || c.k_warps == 8,
+                "{}: k_warps {} is not 1, 2, 4 or 8", where, c.k_warps);
+    }
   } else {
     MLA_CHECK(kernel == "cublaslt", "{}: unknown kernel \"{}\" (skinny or cublaslt)", where, kernel);
   }

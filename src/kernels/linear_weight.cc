@@ -4,6 +4,16 @@
 
 namespace mlaserve {
 
+LinearWeight row_range(const LinearWeight& w, int64_t begin, int64_t count) {
+  LinearWeight out = w;
+  out.weight = w.weight.narrow(0, begin, count);
+  if (!w.is_fp8_block()) return out;
+  MLA_CHECK(begin % w.block_n == 0 && count % w.block_n == 0,
+            "row_range: rows [{}, {}) of an FP8 weight cut its blocks of {} rows", begin, begin + count, w.block_n);
+  out.scale_inv = w.scale_inv.narrow(0, begin / w.block_n, count / w.block_n);
+  return out;
+}
+
 float dequant_fp8_block(const LinearWeight& w, int64_t r, int64_t c) {
   const auto* q = w.weight.data<uint8_t>() + r * w.weight.stride(0);
   const float* s = w.scale_inv.data<float>() + (r / w.block_n) * w.scale_inv.stride(0);

@@ -29,6 +29,10 @@ struct GatedMlpWeights {
   LinearWeight gate_up = {};
 };
 
+// Rows [begin, begin + count) of w, a view, with their FP8 block scales (begin and count whole
+// blocks of rows then).
+LinearWeight row_range(const LinearWeight& w, int64_t begin, int64_t count);
+
 // Weight (r, c) of a block-scaled FP8 matrix in fp32: e4m3 value times its block's scale.
 float dequant_fp8_block(const LinearWeight& w, int64_t r, int64_t c);
 // The whole matrix in fp32 (any dtype), [out, in].

@@ -187,6 +187,16 @@ class Backend {
   virtual void mla_absorb_q(const Tensor& q_nope, const Tensor& q_pe, const Tensor& w_uk, Tensor& q_latent) = 0;
   // out[t, h] = w_uv[h] · latent[t, h]. latent [T, H, kv_lora], w_uv [H, v, kv_lora], out [T, H, v].
   virtual void mla_absorb_out(const Tensor& latent, const Tensor& w_uv, Tensor& out) = 0;
+  // The same products with FP8 weights (the FP8 BMM): W8A8 as apply_linear runs an FP8 linear, one
+  // linear a head, each head's input quantized per token per w.block_k channels. The weights are a
+  // block-scaled FP8 kv_b_proj's own e4m3 blocks, cut by head (no block straddles two heads):
+  //   w_uk_t [H * kv_lora, nope]: W_UK[h]^T stacked by head, so q_latent[t, h, :kv_lora] =
+  //   q_nope[t, h] · w_uk_t[h]^T, and q_latent[t, h, kv_lora:] = q_pe[t, h];
+  //   w_uv [H * v, kv_lora]: out[t, h] = latent[t, h] · w_uv[h]^T.
+  // Backends with supports_fp8_w8a8() have them.
+  virtual void mla_absorb_q_w8a8(const Tensor& q_nope, const Tensor& q_pe, const LinearWeight& w_uk_t,
+                                 Tensor& q_latent);
+  virtual void mla_absorb_out_w8a8(const Tensor& latent, const LinearWeight& w_uv, Tensor& out);
 
   // Router: logits [T, E] F32 (and the V3 correction bias [E] or undefined) -> ids [T, s] I32,
   // weights [T, s] F32 (scaled by routed_scaling_factor), s = routing.slots(): the top_k routed

@@ -13,19 +13,6 @@ namespace mlaserve {
 
 namespace {
 
-// Splits kv_b_proj [H * (nope + v), kv_lora] into W_UK [H, nope, kv_lora] and W_UV [H, v, kv_lora].
-void split_kv_b(const LinearWeight& kv_b, int64_t H, int64_t nope, int64_t v, Tensor& w_uk, Tensor& w_uv) {
-  Tensor w = dequantize(kv_b);
-  int64_t L = w.size(1);
-  w_uk = Tensor::empty(DType::F32, {H, nope, L});
-  w_uv = Tensor::empty(DType::F32, {H, v, L});
-  for (int64_t h = 0; h < H; ++h) {
-    const float* src = w.data<float>() + h * (nope + v) * L;
-    std::copy_n(src, nope * L, w_uk.data<float>() + h * nope * L);
-    std::copy_n(src + nope * L, v * L, w_uv.data<float>() + h * v * L);
-  }
-}
-
 Tensor stack_rows(const Tensor& a, const Tensor& b) {
   Tensor ca = a.contiguous(), cb = b.contiguous();
   Tensor out = Tensor::empty(ca.dtype(), {ca.size(0) + cb.size(0), ca.size(1)});
@@ -75,14 +62,6 @@ Tensor cut_columns(const Tensor& t, int64_t start, int64_t n) {
   for (int64_t r = 0; r < t.size(0); ++r)
     std::memcpy(static_cast<char*>(out.raw()) + size_t(r * n) * es,
                 static_cast<const char*>(src.raw()) + size_t(r * t.size(1) + start) * es, size_t(n) * es);
-  return out;
-}
-
-// Chunk c of a gate or up matrix: rows [cI, (c+1)I) (a view), with their FP8 block scales.
-LinearWeight chunk_rows(const LinearWeight& w, int64_t c, int64_t I) {
-  LinearWeight out = w;
-  out.weight = w.weight.narrow(0, c * I, I);
-  if (w.is_fp8_block()) out.scale_inv = w.scale_inv.narrow(0, c * I / w.block_n, I / w.block_n);
   return out;
 }
 
@@ -137,7 +116,7 @@ void fuse_shared(MoeWeights& m, int64_t ns, int64_t I, Backend& backend) {
     GatedMlpWeights s{on_host(m.shared.gate, backend), on_host(m.shared.up, backend),
                       on_host(m.shared.down, backend)};
     for (int64_t c = 0; c < ns; ++c)
-      m.experts.push_back({chunk_rows(s.gate, c, I), chunk_rows(s.up, c, I), chunk_columns(s.down, c, I)});
+      m.experts.push_back({row_range(s.gate, c * I, I), row_range(s.up, c * I, I), chunk_columns(s.down, c, I)});
   }
   m.shared = GatedMlpWeights{};
 }
@@ -151,13 +130,10 @@ DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& 
   rope_ = make_rope_table(config_);
   rope_.inv_freq = backend_.to_backend(rope_.inv_freq);
   softmax_scale_ = float(config_.softmax_scale());
-  for (const LayerWeights& l : weights_.layers) {
-    Tensor uk, uv;
-    LinearWeight kv_b = on_host(l.attn.kv_b_proj, backend_);  // dummy weights may be made on the device
-    split_kv_b(kv_b, config_.num_attention_heads, config_.qk_nope_head_dim, config_.v_head_dim, uk, uv);
-    w_uk_.push_back(backend_.to_backend(uk));
-    w_uv_.push_back(backend_.to_backend(uv));
-  }
+  for (const LayerWeights& l : weights_.layers)  // on_host: dummy weights may be made on the device
+    absorbed_.push_back(make_absorbed_weights(on_host(l.attn.kv_b_proj, backend_), config_.num_attention_heads,
+                                              config_.qk_nope_head_dim, config_.v_head_dim, backend_,
+                                              options_.fp8_bmm));
   // Before gate and up are stacked (experts keep theirs apart) and before the weights move to the
   // backend (the chunks move with the routed experts).
   fuse_shared_experts();
@@ -298,10 +274,10 @@ Tensor DeepseekModel::attention(int64_t l, const Tensor& x, const ForwardBatch& 
     // Absorbed: q_nope·W_UK makes a latent query; attention runs over the 576-wide cache rows
     // shared by all heads; W_UV turns the latent output back into per-head values.
     Tensor q_latent = ops.empty(act, {T, nh, L + rope});
-    ops.mla_absorb_q(q_nope, q_pe, w_uk_[size_t(l)], q_latent);
+    absorb_q(ops, absorbed_[size_t(l)], q_nope, q_pe, q_latent);
     Tensor o_latent = ops.empty(act, {T, nh, L});
     ops.mla_decode(q_latent, cache, kv_scale, batch.attn, softmax_scale_, o_latent);
-    ops.mla_absorb_out(o_latent, w_uv_[size_t(l)], out);
+    absorb_out(ops, absorbed_[size_t(l)], o_latent, out);
   } else {
     // MHA: decompress every context token's keys and values with kv_b.
     int64_t S = batch.attn.kv_indices.numel();

@@ -9,6 +9,7 @@
 #include "config/model_config.h"
 #include "engine/forward_batch.h"
 #include "kernels/ops.h"
+#include "model/absorbed_weights.h"
 #include "weights/model_weights.h"
 
 namespace mlaserve {
@@ -27,6 +28,11 @@ struct DeepseekModelOptions {
   // stacked at construction into AttentionWeights::q_kv_a, they run as one GEMM (one launch at
   // decode) whose output columns are q (or q_a) and the latent. Off: two GEMMs, as the weights come.
   bool fuse_q_kv_a = true;
+  // The FP8 BMM (on: --enable-fp8-bmm): with an FP8 kv_b_proj whose blocks fall within heads,
+  // decode batches of up to kFp8BmmMaxTokens run W_UK / W_UV on its e4m3 blocks (absorbed_weights.h).
+  // Off by default: on an H200 it made V3-dims decode steps 2-4% slower than the BF16 pair at 1-16
+  // tokens (docs/benchmarks.md, 2026-11-24 second section), though faster as a lone kernel.
+  bool fp8_bmm = false;
 };
 
 class DeepseekModel {
@@ -66,9 +72,8 @@ class DeepseekModel {
   RopeTable rope_;
   float softmax_scale_;
   int64_t forward_count_ = 0;
-  // Absorbed-form projections cut from kv_b_proj per layer (fp32 on the CPU, BF16 on CUDA):
-  std::vector<Tensor> w_uk_;  // [H, nope, kv_lora]: q_nope -> latent query
-  std::vector<Tensor> w_uv_;  // [H, v, kv_lora]: latent output -> per-head value
+  // Absorbed-form projections cut from kv_b_proj, per layer.
+  std::vector<AbsorbedWeights> absorbed_;
 };
 
 }  // namespace mlaserve

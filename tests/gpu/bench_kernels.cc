@@ -21,6 +21,7 @@
 #include "kernels/cuda/mla_decode.h"
 #include "kernels/cuda/mla_prefill.h"
 #include "kernels/cuda/skinny_gemm.h"
+#include "model/absorbed_weights.h"
 
 using namespace mlaserve;
 
@@ -28,9 +29,9 @@ namespace {
 
 cuda::CudaBackend* g_gpu;
 
-// A random FP8 block-scaled weight [N, K] on the device: e4m3 codes of either sign below 240 in
-// magnitude (never NaN), block scales near 1e-3.
-LinearWeight random_fp8_weight(int64_t N, int64_t K, uint64_t seed) {
+// A random FP8 block-scaled weight [N, K] on the host: e4m3 codes of either sign below 240 in
+// magnitude (never NaN), 128 x 128 block scales near 1e-3.
+LinearWeight random_fp8_host(int64_t N, int64_t K, uint64_t seed) {
   Tensor w = Tensor::empty(DType::F8_E4M3, {N, K});
   uint8_t* codes = w.data<uint8_t>();
   for (int64_t i = 0; i < w.numel(); i += 8) {
@@ -39,7 +40,12 @@ LinearWeight random_fp8_weight(int64_t N, int64_t K, uint64_t seed) {
   }
   Tensor s = Tensor::empty(DType::F32, {(N + 127) / 128, (K + 127) / 128});
   for (int64_t i = 0; i < s.numel(); ++i) s.data<float>()[i] = 1e-3f * float(1.0 + uniform01(seed + 1, uint64_t(i)));
-  return g_gpu->to_backend(LinearWeight{w, s});
+  return LinearWeight{w, s};
+}
+
+// The same on the device.
+LinearWeight random_fp8_weight(int64_t N, int64_t K, uint64_t seed) {
+  return g_gpu->to_backend(random_fp8_host(N, K, seed));
 }
 
 Tensor random_bf16(Shape shape, uint64_t seed, float std = 1.0f) {
@@ -135,29 +141,67 @@ void bench_mla_prefill(cuda::CudaBackend& gpu, const FlopRowFn& flop_row) {
   }
 }
 
-// Absorbed projections as batched GEMMs over heads: weight-bound at small T, FLOP-bound at 4096.
-void bench_mla_absorb(cuda::CudaBackend& gpu, const FlopRowFn& flop_row) {
+// Absorbed projections as batched GEMMs over heads (BF16, cuBLASLt) and as the FP8 BMM (the skinny
+// FP8 kernel over heads, weights cut from an FP8 kv_b_proj): weight-bound at decode sizes. The FP8
+// rows: the op's default launch, then the fastest launch of the kernel (warps on K, row tiles,
+// split-K) with its name. fp8_flop_row's floor counts FP8 FLOPs at twice the BF16 rate.
+void bench_mla_absorb(cuda::CudaBackend& gpu, const FlopRowFn& flop_row, const FlopRowFn& fp8_flop_row) {
   for (int64_t H : {128, 16}) {
     int64_t w_bytes = H * 128 * 512 * 2;
     int n_sets = int(std::min<int64_t>(8, (int64_t(200) << 20) / w_bytes + 1));
     std::vector<Tensor> w_uk, w_uv;
+    std::vector<AbsorbedWeights> fp8;
     for (int i = 0; i < n_sets; ++i) {
       w_uk.push_back(filled_bf16({H, 128, 512}, 40 + i));
       w_uv.push_back(filled_bf16({H, 128, 512}, 50 + i));
+      fp8.push_back(make_absorbed_weights(random_fp8_host(H * 256, 512, 70 + i), H, 128, 128, gpu));
     }
-    for (int64_t T : {1, 64, 4096}) {
+    const double fp8_w_bytes = double(w_bytes) / 2 + 4.0 * double(H * 4);
+    for (int64_t T : {1, 8, 32, 64, 128, 256, 4096}) {
       Tensor q = filled_bf16({T, H, 192}, 60), q_latent = gpu.empty(DType::BF16, {T, H, 576});
       Tensor latent = filled_bf16({T, H, 512}, 61), out = gpu.empty(DType::BF16, {T, H, 128});
       Tensor q_nope = q.narrow(2, 0, 128), q_pe = q.narrow(2, 128, 64);
+      const std::string shape = fmt::format("T={} H={}", T, H);
       double flops = 2.0 * double(T * H) * 128 * 512;
+      const double q_io = double(T * H * (192 + 576) * 2), out_io = double(T * H * (512 + 128) * 2);
       double ms = time_ms([&](int i) { gpu.mla_absorb_q(q_nope, q_pe, w_uk[i % n_sets], q_latent); });
-      flop_row("mla_absorb_q", fmt::format("T={} H={}", T, H), ms, flops, double(w_bytes + T * H * (192 + 576) * 2));
+      flop_row("mla_absorb_q", shape, ms, flops, double(w_bytes) + q_io);
       ms = time_ms([&](int i) { gpu.mla_absorb_out(latent, w_uv[i % n_sets], out); });
-      flop_row("mla_absorb_out", fmt::format("T={} H={}", T, H), ms, flops, double(w_bytes + T * H * (512 + 128) * 2));
+      flop_row("mla_absorb_out", shape, ms, flops, double(w_bytes) + out_io);
+      if (T > 256) continue;  // the absorbed form runs decode batches
+      for (bool is_q : {true, false}) {
+        auto launch = [&](int i, const cuda::SkinnyFp8Config* c) {
+          const AbsorbedWeights& w = fp8[size_t(i % n_sets)];
+          if (is_q && c) gpu.mla_absorb_q_w8a8(q_nope, q_pe, w.w_uk_t, q_latent, *c);
+          if (is_q && !c) gpu.mla_absorb_q_w8a8(q_nope, q_pe, w.w_uk_t, q_latent);
+          if (!is_q && c) gpu.mla_absorb_out_w8a8(latent, w.w_uv_fp8, out, *c);
+          if (!is_q && !c) gpu.mla_absorb_out_w8a8(latent, w.w_uv_fp8, out);
+        };
+        const std::string name = is_q ? "fp8 mla_absorb_q" : "fp8 mla_absorb_out";
+        const double moved = fp8_w_bytes + (is_q ? q_io : out_io);
+        const cuda::SkinnyFp8Config def = is_q ? gpu.absorb_fp8_default(T, H, 512, 128)
+                                               : gpu.absorb_fp8_default(T, H, 128, 512);
+        fp8_flop_row(name, shape + " " + cuda::to_string(def), time_ms([&](int i) { launch(i, nullptr); }), flops,
+                     moved);
+        double best = 1e30;
+        cuda::SkinnyFp8Config best_c;
+        for (int k_warps : {1, 2, 4, 8})
+          for (int row_tiles : {1, 2, 4})
+            for (int splits : {1, 2, 4}) {
+              const cuda::SkinnyFp8Config c{row_tiles, splits, k_warps};
+              cuda::SkinnyFp8Problem p{};
+              p.T = T, p.N = is_q ? 512 : 128, p.batch = H;
+              if (!cuda::skinny_gemm_fp8_valid(c, is_q ? 128 : 512) ||
+                  (splits > 1 && cuda::skinny_gemm_fp8_blocks(p, c) > cuda::CudaBackend::kSkinnyCounters))
+                continue;
+              const double t = time_ms([&](int i) { launch(i, &c); });
+              if (t < best) best = t, best_c = c;
+            }
+        fp8_flop_row("  fastest", shape + " " + cuda::to_string(best_c), best, flops, moved);
+      }
     }
   }
 }
-
 
 // ---- MLA decode, absorbed form (bench_mla_decode) ----
 
@@ -549,6 +593,11 @@ int main(int argc, char** argv) {
     double floor_ms = std::max(flops / gemm_rate, moved / copy_bw) * 1e3;
     rows.push_back({k, shape, ms, flops / (ms * 1e-3) / 1e12, floor_ms, floor_ms / ms, "TFLOP/s"});
   };
+  // Hopper's dense FP8 tensor-core rate is twice its BF16 one.
+  auto fp8_flop_row = [&](const std::string& k, const std::string& shape, double ms, double flops, double moved) {
+    double floor_ms = std::max(flops / (2 * gemm_rate), moved / copy_bw) * 1e3;
+    rows.push_back({k, shape, ms, flops / (ms * 1e-3) / 1e12, floor_ms, floor_ms / ms, "TFLOP/s"});
+  };
 
   // RMSNorm and add+RMSNorm over a hidden state: 4 rotating sets of 16k x 7168 (235 MB each).
   for (int64_t D : {2048, 7168}) {
@@ -623,7 +672,7 @@ int main(int argc, char** argv) {
 
   if (run("fp8_linear")) bench_fp8_linear(gpu, copy_bw, rows);
   if (run("mla_prefill")) bench_mla_prefill(gpu, flop_row);
-  if (run("mla_absorb")) bench_mla_absorb(gpu, flop_row);
+  if (run("mla_absorb")) bench_mla_absorb(gpu, flop_row, fp8_flop_row);
   if (run("mla_decode")) bench_mla_decode(gpu, mem_row, flop_row);
   if (run("moe")) bench_moe(gpu, mem_row, flop_row);
   if (run("moe_fp8")) bench_moe_fp8(gpu, copy_bw, rows);

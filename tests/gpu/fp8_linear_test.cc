@@ -144,9 +144,10 @@ TEST_F(Fp8Linear, AnyNumberOfKBlocksMatchesTheReference) {
     }
 }
 
-// The skinny kernel of decode-sized batches (T <= 16, activation quantization inside) in every
-// launch it has: row tiles 1, 2, 4; split-K 1 to 8 (as many as K has blocks); one and two token
-// tiles; N not a multiple of the CTA's rows; a strided activation; BF16 and F32 outputs.
+// The skinny kernel of decode-sized batches (activation quantization inside) in every launch it
+// has: warps on K 8, 4, 2, 1; row tiles 1, 2, 4; split-K 1 to 8 (as many as K has blocks); one and
+// two 8-token tiles, and past 16 tokens several CTAs' token tiles; N not a multiple of the CTA's
+// rows; a strided activation; BF16 and F32 outputs.
 TEST_F(Fp8Linear, SkinnyKernelMatchesTheReferenceInEveryLaunch) {
   struct Shape2 {
     int64_t N, K;
@@ -155,25 +156,26 @@ TEST_F(Fp8Linear, SkinnyKernelMatchesTheReferenceInEveryLaunch) {
     LinearWeight w = quantize_fp8_blocks(random_f32({sh.N, sh.K}, seed + sh.N, 0.05f), 128, 128);
     LinearWeight wd = gpu.to_backend(w);
     ASSERT_TRUE(wd.is_fp8_block());
-    for (int64_t T : {1, 3, 8, 9, 16}) {
+    for (int64_t T : {1, 3, 8, 9, 16, 37}) {
       Tensor x_wide = bf16_exact({T, sh.K + 128}, seed + T, 2.0f), x = x_wide.narrow(1, 8, sh.K).contiguous();
       Tensor want = Tensor::empty(DType::F32, {T, sh.N});
       apply_linear(*cpu, x, w, want);
       Tensor xd = dev_bf16(x_wide).narrow(1, 8, sh.K);
-      for (int row_tiles : {1, 2, 4})
-        for (int splits : {1, 2, 4, 8}) {
-          const cuda::SkinnyFp8Config c{row_tiles, splits};
-          if (!cuda::skinny_gemm_fp8_valid(c, sh.K)) continue;
-          for (DType out_dt : {DType::F32, DType::BF16}) {
-            Tensor out = poisoned(gpu, out_dt, {T, sh.N});
-            gpu.linear_w8a8_skinny(xd, wd, out, c);
-            const double err = rel_l2(gpu.to_host(out), want);
-            worst = std::max(worst, err);
-            EXPECT_LE(err, out_dt == DType::F32 ? 1e-3 : kBf16Tolerance)
-                << "N=" << sh.N << " K=" << sh.K << " T=" << T << " " << cuda::to_string(c) << " "
-                << dtype_name(out_dt);
+      for (int k_warps : {8, 4, 2, 1})
+        for (int row_tiles : {1, 2, 4})
+          for (int splits : {1, 2, 4, 8}) {
+            const cuda::SkinnyFp8Config c{row_tiles, splits, k_warps};
+            if (!cuda::skinny_gemm_fp8_valid(c, sh.K) || (k_warps < 8 && splits > 2)) continue;
+            for (DType out_dt : {DType::F32, DType::BF16}) {
+              Tensor out = poisoned(gpu, out_dt, {T, sh.N});
+              gpu.linear_w8a8_skinny(xd, wd, out, c);
+              const double err = rel_l2(gpu.to_host(out), want);
+              worst = std::max(worst, err);
+              EXPECT_LE(err, out_dt == DType::F32 ? 1e-3 : kBf16Tolerance)
+                  << "N=" << sh.N << " K=" << sh.K << " T=" << T << " " << cuda::to_string(c) << " "
+                  << dtype_name(out_dt);
+            }
           }
-        }
     }
   }
 }

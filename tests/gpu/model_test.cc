@@ -137,19 +137,26 @@ TEST(CudaModel, MatchesTheCpuBackendOnTinyPresets) {
 // runs dequantized on the GPU. So the GPU's FP8 logits are held to the distance FP8 itself puts
 // between the CPU's FP8 and unquantized models; a wrong scale or layout gives unrelated rows.
 TEST(CudaModel, Fp8StaysAsCloseToTheCpuBackendAsFp8ToUnquantized) {
-  for (std::string preset : {"deepseek-v3-tiny", "deepseek-v2-lite-tiny"}) {
+  // v3_mla_dims has DeepSeek's MLA widths: its decode steps run the FP8 BMM of W_UK / W_UV.
+  for (std::string preset :
+       {std::string("deepseek-v3-tiny"), std::string("deepseek-v2-lite-tiny"), fixture("v3_mla_dims")}) {
     cuda::CudaBackend gpu;
     auto cpu = make_cpu_backend();
-    ModelLoadOptions o{.model = preset, .load_format = "dummy", .seed = 1, .quantization = "fp8"};
+    ModelLoadOptions o{.model = preset,
+                       .load_format = preset.find('/') == std::string::npos ? "dummy" : "auto",
+                       .seed = 1,
+                       .quantization = "fp8"};
     ModelLoadOptions plain = o;
     plain.quantization = "";
     uint64_t prompt_seed = fresh_seed();
     LoadedModel a = load_model(o), b = load_model(o), c = load_model(plain);
-    DeepseekModel on_gpu(a.config, std::move(a.weights), gpu), on_cpu(b.config, std::move(b.weights), *cpu),
+    DeepseekModel on_gpu(a.config, std::move(a.weights), gpu, {.fp8_bmm = true}),
+        on_cpu(b.config, std::move(b.weights), *cpu, {.fp8_bmm = true}),
         unquantized(c.config, std::move(c.weights), *cpu);
+    const uint64_t V = uint64_t(a.config.vocab_size);
     std::vector<int32_t> ids, decode;
-    for (int i = 0; i < 37; ++i) ids.push_back(int32_t(100 + hash64(prompt_seed, i) % 90000));
-    for (int i = 0; i < 5; ++i) decode.push_back(int32_t(100 + hash64(prompt_seed, 100 + i) % 90000));
+    for (int i = 0; i < 37; ++i) ids.push_back(int32_t(3 + hash64(prompt_seed, i) % (V - 3)));
+    for (int i = 0; i < 5; ++i) decode.push_back(int32_t(3 + hash64(prompt_seed, 100 + i) % (V - 3)));
     Tensor want = run_model(on_cpu, *cpu, ids, decode, AttentionForm::Auto);
     LogitAgreement gpu_fp8, fp8_noise;
     gpu_fp8.add(run_model(on_gpu, gpu, ids, decode, AttentionForm::Auto), want);

@@ -11,6 +11,7 @@
 #include "config/quantization_flags.h"
 #include "config/server_args.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "model/absorbed_weights.h"
 #include "weights/fp8_block_quant.h"
 
 namespace mlaserve {
@@ -162,6 +163,82 @@ TEST(Fp8Linear, W8A8MatchesADoubleEmulation) {
   EXPECT_LT(worst_vs_exact / exact_max, 0.05);
   std::printf("[w8a8] max error vs double emulation %.3g of the terms' magnitude; vs fp32 weights %.3g of max\n",
               worst, worst_vs_exact / exact_max);
+}
+
+// The FP8 BMM of the absorbed projections: W_UK / W_UV cut from an FP8 kv_b_proj keep its e4m3
+// codes and scales (W_UK's blocks transposed), and each head's product is the W8A8 linear of that
+// head's rows: checked against a double emulation that reads kv_b_proj itself.
+TEST(Fp8Bmm, AbsorbedProductsRunOnKvBsOwnBlocks) {
+  auto cpu = make_cpu_backend();
+  const int64_t T = 4, H = 3, nope = 128, v = 128, L = 256, R = 64;
+  LinearWeight kv_b = quantize_fp8_blocks(random_f32({H * (nope + v), L}, 11, 0.05f), 128, 128);
+  AbsorbedWeights a = make_absorbed_weights(kv_b, H, nope, v, *cpu);
+  ASSERT_TRUE(a.fp8());
+  EXPECT_TRUE(a.w_uk.defined()) << "the dense pair stays for batches past kFp8BmmMaxTokens";
+  EXPECT_EQ(a.w_uk_t.weight.shape(), Shape({H * L, nope}));
+  EXPECT_EQ(a.w_uv_fp8.weight.shape(), Shape({H * v, L}));
+
+  // One head's row through quantize, then sum_k code * scale * kv_b(row0 + row(n), k) in double.
+  auto emulate = [&](const Tensor& x3, int64_t t, int64_t h, int64_t K, const std::function<float(int64_t, int64_t)>& w,
+                     int64_t n, double* mag) {
+    Tensor row = Tensor::empty(DType::F32, {1, K});
+    std::copy_n(x3.data<float>() + t * x3.stride(0) + h * x3.stride(1), K, row.data<float>());
+    Quantized q = quantize(*cpu, row, 128);
+    double sum = 0;
+    *mag = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      const double p = double(e4m3_to_f32(code(q, 0, k))) * scale(q, 0, k / 128) * w(n, k);
+      sum += p;
+      *mag += std::fabs(p);
+    }
+    return sum;
+  };
+
+  Tensor q = random_f32({T, H, nope + R}, 12);
+  Tensor q_latent = Tensor::empty(DType::F32, {T, H, L + R});
+  cpu->mla_absorb_q_w8a8(q.narrow(2, 0, nope), q.narrow(2, nope, R), a.w_uk_t, q_latent);
+  Tensor q_nope = q.narrow(2, 0, nope).contiguous();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const float* got = q_latent.data<float>() + (t * H + h) * (L + R);
+      for (int64_t l = 0; l < L; ++l) {
+        double mag = 0;
+        const double want = emulate(
+            q_nope, t, h, nope, [&](int64_t n, int64_t k) { return dequant_fp8_block(kv_b, h * (nope + v) + k, n); },
+            l, &mag);
+        EXPECT_LE(std::fabs(got[l] - want), 1e-6 * mag + 1e-30) << t << "," << h << "," << l;
+      }
+      for (int64_t r = 0; r < R; ++r) EXPECT_EQ(got[L + r], q.data<float>()[(t * H + h) * (nope + R) + nope + r]);
+    }
+
+  Tensor latent = random_f32({T, H, L}, 13), out = Tensor::empty(DType::F32, {T, H, v});
+  cpu->mla_absorb_out_w8a8(latent, a.w_uv_fp8, out);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < v; ++d) {
+        double mag = 0;
+        const double want = emulate(
+            latent, t, h, L,
+            [&](int64_t n, int64_t k) { return dequant_fp8_block(kv_b, h * (nope + v) + nope + n, k); }, d, &mag);
+        EXPECT_LE(std::fabs(out.data<float>()[(t * H + h) * v + d] - want), 1e-6 * mag + 1e-30) << t << "," << h;
+      }
+
+  // Past kFp8BmmMaxTokens tokens the model's products take the dense pair.
+  const int64_t big = kFp8BmmMaxTokens + 1;
+  Tensor qb = random_f32({big, H, nope + R}, 15), via_model = Tensor::empty(DType::F32, {big, H, L + R}),
+         dense_q = Tensor::empty(DType::F32, {big, H, L + R});
+  absorb_q(*cpu, a, qb.narrow(2, 0, nope), qb.narrow(2, nope, R), via_model);
+  cpu->mla_absorb_q(qb.narrow(2, 0, nope).contiguous(), qb.narrow(2, nope, R).contiguous(), a.w_uk, dense_q);
+  for (int64_t i = 0; i < dense_q.numel(); ++i) ASSERT_EQ(via_model.data<float>()[i], dense_q.data<float>()[i]) << i;
+
+  // --disable-fp8-bmm: the dense pair alone.
+  EXPECT_FALSE(make_absorbed_weights(kv_b, H, nope, v, *cpu, /*fp8_bmm=*/false).fp8());
+
+  // Blocks that straddle heads (nope 64 with 128-row blocks): the dense, dequantized pair.
+  LinearWeight narrow_heads = quantize_fp8_blocks(random_f32({4 * 128, L}, 14, 0.05f), 128, 128);
+  AbsorbedWeights dense = make_absorbed_weights(narrow_heads, 4, 64, 64, *cpu);
+  EXPECT_FALSE(dense.fp8());
+  EXPECT_EQ(dense.w_uk.shape(), Shape({4, 64, L}));
 }
 
 TEST(Fp8Linear, ApplyLinearRunsFp8WeightsAsW8A8OnTheCpu) {

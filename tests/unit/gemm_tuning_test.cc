@@ -13,7 +13,9 @@
 namespace mlaserve {
 namespace {
 
-Fp8GemmChoice skinny(int row_tiles, int splits) { return {Fp8GemmChoice::Kernel::Skinny, row_tiles, splits, 0.01}; }
+Fp8GemmChoice skinny(int row_tiles, int splits, int k_warps = 8) {
+  return {Fp8GemmChoice::Kernel::Skinny, row_tiles, splits, 0.01, k_warps};
+}
 const Fp8GemmChoice kCublaslt{Fp8GemmChoice::Kernel::Cublaslt, 0, 0, 0.02};
 
 std::string error_of(const std::function<void()>& fn) {
@@ -45,6 +47,7 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   Fp8GemmTuning t;
   t.set_device("NVIDIA H200");
   t.set(24576, 1536, 1, skinny(4, 1));
+  t.set(24576, 1536, 4, skinny(2, 1, 2));
   t.set(24576, 1536, 16, kCublaslt);
   const std::string path = dir.file(Fp8GemmTuning::file_name(t.device()));
   EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H200"), "fp8_gemm_NVIDIA_H200.json");
@@ -54,8 +57,15 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   EXPECT_EQ(back.device(), "NVIDIA H200");
   EXPECT_EQ(back.shapes(), 1u);
   EXPECT_EQ(back.find(24576, 1536, 1), skinny(4, 1));
+  EXPECT_EQ(back.find(24576, 1536, 4), skinny(2, 1, 2));
   EXPECT_EQ(back.find(24576, 1536, 16), kCublaslt);
   EXPECT_EQ(back.to_json(), t.to_json());
+  // Files written before the launches had k_warps: all 8 warps on K.
+  const auto old = Fp8GemmTuning::from_json(
+      nlohmann::json::parse(R"({"kernel": "fp8_w8a8_block128", "shapes": {"N=128,K=1024": {"1": )"
+                            R"({"kernel": "skinny", "row_tiles": 2, "splits": 1}}}})"),
+      "old.json");
+  EXPECT_EQ(old.find(128, 1024, 1), skinny(2, 1, 8));
 }
 
 TEST(Fp8GemmTuning, BadFilesGetErrorsNamingTheFault) {
@@ -71,6 +81,10 @@ TEST(Fp8GemmTuning, BadFilesGetErrorsNamingTheFault) {
             std::string::npos);
   EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "skinny", "row_tiles": 3, "splits": 1}}}})").c_str())
                 .find("row_tiles 3"),
+            std::string::npos);
+  EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "skinny", "row_tiles": 2, "splits": 1, )"
+                          R"("k_warps": 3}}}})").c_str())
+                .find("k_warps 3"),
             std::string::npos);
   EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "skinny"}}}})").c_str()).find("needs integer"),
             std::string::npos);

@@ -31,6 +31,9 @@ class CpuBackend : public Backend {
                   Tensor& out) override;
   void mla_absorb_q(const Tensor& q_nope, const Tensor& q_pe, const Tensor& w_uk, Tensor& q_latent) override;
   void mla_absorb_out(const Tensor& latent, const Tensor& w_uv, Tensor& out) override;
+  void mla_absorb_q_w8a8(const Tensor& q_nope, const Tensor& q_pe, const LinearWeight& w_uk_t,
+                         Tensor& q_latent) override;
+  void mla_absorb_out_w8a8(const Tensor& latent, const LinearWeight& w_uv, Tensor& out) override;
   void moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& routing, Tensor& ids,
                  Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,

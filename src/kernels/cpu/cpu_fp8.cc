@@ -98,4 +98,52 @@ void CpuBackend::linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const Li
   }
 }
 
+namespace {
+
+// Head h of a [T, H, D] activation as a [T, D] matrix (a view).
+Tensor head(const Tensor& t, int64_t h) {
+  return t.narrow(1, h, 1).as_strided({t.size(0), t.size(2)}, {t.stride(0), t.stride(2)});
+}
+
+void check_head_rows(const LinearWeight& w, int64_t H, int64_t K, const char* what) {
+  MLA_CHECK(w.is_fp8_block() && w.weight.ndim() == 2 && H > 0 && w.out_features() % H == 0 &&
+                w.in_features() == K && (w.out_features() / H) % w.block_n == 0,
+            "{}: expected an FP8 block-scaled [{} heads x rows, {}] weight whose blocks of rows fall within a "
+            "head, got {} in blocks of {}x{}",
+            what, H, K, w.weight.describe(), w.block_n, w.block_k);
+}
+
+}  // namespace
+
+// One W8A8 linear a head: exactly the FP8 linear's math, which the CUDA BMM must match.
+void CpuBackend::mla_absorb_q_w8a8(const Tensor& q_nope, const Tensor& q_pe, const LinearWeight& w_uk_t,
+                                  Tensor& q_latent) {
+  MLA_CHECK(q_nope.ndim() == 3 && q_pe.ndim() == 3, "mla_absorb_q_w8a8: q_nope and q_pe must be 3-D");
+  const int64_t T = q_nope.size(0), H = q_nope.size(1), nope = q_nope.size(2), R = q_pe.size(2);
+  check_head_rows(w_uk_t, H, nope, "mla_absorb_q_w8a8 w_uk_t");
+  const int64_t L = w_uk_t.out_features() / H;
+  check_f32(q_nope, {T, H, nope}, "mla_absorb_q_w8a8 q_nope");
+  check_f32(q_pe, {T, H, R}, "mla_absorb_q_w8a8 q_pe");
+  check_f32(q_latent, {T, H, L + R}, "mla_absorb_q_w8a8 q_latent");
+  for (int64_t h = 0; h < H; ++h) {
+    Tensor out = head(q_latent, h).narrow(1, 0, L);
+    linear_w8a8(head(q_nope, h), row_range(w_uk_t, h * L, L), out);
+  }
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) std::copy_n(row_ptr(q_pe, t, h), R, row_ptr(q_latent, t, h) + L);
+}
+
+void CpuBackend::mla_absorb_out_w8a8(const Tensor& latent, const LinearWeight& w_uv, Tensor& out) {
+  MLA_CHECK(latent.ndim() == 3, "mla_absorb_out_w8a8: latent must be 3-D");
+  const int64_t T = latent.size(0), H = latent.size(1), L = latent.size(2);
+  check_head_rows(w_uv, H, L, "mla_absorb_out_w8a8 w_uv");
+  const int64_t V = w_uv.out_features() / H;
+  check_f32(latent, {T, H, L}, "mla_absorb_out_w8a8 latent");
+  check_f32(out, {T, H, V}, "mla_absorb_out_w8a8 out");
+  for (int64_t h = 0; h < H; ++h) {
+    Tensor o = head(out, h);
+    linear_w8a8(head(latent, h), row_range(w_uv, h * V, V), o);
+  }
+}
+
 }  // namespace mlaserve::cpu

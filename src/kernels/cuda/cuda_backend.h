@@ -29,6 +29,9 @@ class MlaAbsorbRunner;
 
 class CudaBackend final : public Backend {
  public:
+  // Split-K arrival counters of the skinny GEMMs, one a row block, all zero between launches: a
+  // split launch may have at most this many CTAs a split.
+  static constexpr int64_t kSkinnyCounters = 4096;
   explicit CudaBackend(int device = 0);
   ~CudaBackend() override;
 
@@ -91,6 +94,19 @@ class CudaBackend final : public Backend {
   MlaDecodePlan& mla_decode_plan();
   void mla_absorb_q(const Tensor& q_nope, const Tensor& q_pe, const Tensor& w_uk, Tensor& q_latent) override;
   void mla_absorb_out(const Tensor& latent, const Tensor& w_uv, Tensor& out) override;
+  // The FP8 BMM: the skinny FP8 kernel batched over heads (any token count, in tiles of 16).
+  void mla_absorb_q_w8a8(const Tensor& q_nope, const Tensor& q_pe, const LinearWeight& w_uk_t,
+                         Tensor& q_latent) override;
+  void mla_absorb_out_w8a8(const Tensor& latent, const LinearWeight& w_uv, Tensor& out) override;
+  // Those with a given launch of the kernel (tests, benchmarks); the ops take
+  // skinny_gemm_fp8_default.
+  void mla_absorb_q_w8a8(const Tensor& q_nope, const Tensor& q_pe, const LinearWeight& w_uk_t, Tensor& q_latent,
+                         const SkinnyFp8Config& c);
+  void mla_absorb_out_w8a8(const Tensor& latent, const LinearWeight& w_uv, Tensor& out, const SkinnyFp8Config& c);
+  // The launches the ops take by default: x [T, H, K] through FP8 weights of H heads x N rows.
+  SkinnyFp8Config absorb_fp8_default(int64_t T, int64_t H, int64_t N, int64_t K) const {
+    return skinny_gemm_fp8_default(N, K, T, H, num_sms_);
+  }
   void moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& routing, Tensor& ids,
                  Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -110,6 +126,8 @@ class CudaBackend final : public Backend {
   // The skinny launch linear_w8a8 makes of x · W (the tuned one, else the default), or nothing
   // where cuBLASLt runs it.
   std::optional<SkinnyFp8Config> skinny_fp8_choice(const Tensor& x, const LinearWeight& w) const;
+  // One launch of the skinny FP8 kernel, with its split-K scratch.
+  void run_skinny_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c);
 
   int device_;
   cudaStream_t stream_ = nullptr;
@@ -121,9 +139,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<MlaDecodePlan> mla_decode_plan_;
   std::shared_ptr<MlaAbsorbRunner> absorb_;  // made on first use (cuda_backend_mla_absorb.cc)
   int num_sms_ = 0;
-  // Split-K arrival counters of the skinny GEMMs, one a row block, all zero between launches.
-  static constexpr int64_t kSkinnyCounters = 4096;
-  int* skinny_counters_ = nullptr;
+  int* skinny_counters_ = nullptr;  // kSkinnyCounters of them
   Fp8GemmTuning fp8_tuning_;  // from tune-fp8-gemm's file for this device (backend_factory.cc)
   // Pinned staging of copy_from_host, reused once the event says its last copy is done.
   void* staging_ = nullptr;

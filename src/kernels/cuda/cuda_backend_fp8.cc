@@ -121,38 +121,53 @@ void CudaBackend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& ou
     linear_w8a8_cublaslt(x, w, out);
 }
 
+namespace {
+
+// x [T, K] · W^T as one batch of the skinny kernel.
+SkinnyFp8Problem linear_problem(const Tensor& x, const LinearWeight& w, Tensor* out) {
+  SkinnyFp8Problem p{x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
+                     w.scale_inv.stride(0), nullptr, 0, false, x.size(0), w.out_features(), w.in_features()};
+  if (out) p.out = out->raw(), p.ldo = out->stride(0), p.out_f32 = out->dtype() == DType::F32;
+  return p;
+}
+
+}  // namespace
+
 std::optional<SkinnyFp8Config> CudaBackend::skinny_fp8_choice(const Tensor& x, const LinearWeight& w) const {
   if (!x.defined() || x.ndim() != 2 || x.dtype() != DType::BF16 || !w.is_fp8_block() || !w.weight.defined())
     return std::nullopt;
-  const int64_t T = x.size(0), N = w.out_features(), K = w.in_features();
-  if (!skinny_gemm_fp8_fits(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), T, N, K)) return std::nullopt;
-  if (std::optional<Fp8GemmChoice> tuned = fp8_tuning_.find(N, K, T)) {
+  const SkinnyFp8Problem p = linear_problem(x, w, nullptr);
+  if (p.T > kSkinnyFp8MaxRows || !skinny_gemm_fp8_fits(p)) return std::nullopt;
+  if (std::optional<Fp8GemmChoice> tuned = fp8_tuning_.find(p.N, p.K, p.T)) {
     if (tuned->kernel == Fp8GemmChoice::Kernel::Cublaslt) return std::nullopt;
-    SkinnyFp8Config c{tuned->row_tiles, tuned->splits};
-    if (skinny_gemm_fp8_valid(c, K) && skinny_gemm_fp8_blocks(N, c) <= kSkinnyCounters) return c;
+    SkinnyFp8Config c{tuned->row_tiles, tuned->splits, tuned->k_warps};
+    if (skinny_gemm_fp8_valid(c, p.K) && skinny_gemm_fp8_blocks(p, c) <= kSkinnyCounters) return c;
   }
-  if (T > kSkinnyFp8DefaultMaxRows) return std::nullopt;
-  return skinny_gemm_fp8_default(N, K, num_sms_);
+  if (p.T > kSkinnyFp8DefaultMaxRows) return std::nullopt;
+  return skinny_gemm_fp8_default(p.N, p.K, p.T, 1, num_sms_);
 }
 
 void CudaBackend::linear_w8a8_skinny(const Tensor& x, const LinearWeight& w, Tensor& out, const SkinnyFp8Config& c) {
-  const int64_t T = x.defined() ? x.size(0) : 0, N = w.out_features(), K = w.in_features();
+  const int64_t T = x.defined() ? x.size(0) : 0;
   check_fp8_linear(T, w, out);
-  check_matrix(x, DType::BF16, T, K, "linear_w8a8 x");
-  MLA_CHECK(skinny_gemm_fp8_fits(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), T, N, K) &&
-                skinny_gemm_fp8_valid(c, K) && skinny_gemm_fp8_blocks(N, c) <= kSkinnyCounters,
-            "skinny FP8 linear: T={} N={} K={} with {} is not a launch it has", T, N, K, to_string(c));
+  check_matrix(x, DType::BF16, T, w.in_features(), "linear_w8a8 x");
+  run_skinny_fp8(linear_problem(x, w, &out), c);
+}
+
+void CudaBackend::run_skinny_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c) {
+  MLA_CHECK(skinny_gemm_fp8_fits(p) && skinny_gemm_fp8_valid(c, p.K) &&
+                (c.splits == 1 || skinny_gemm_fp8_blocks(p, c) <= kSkinnyCounters),
+            "skinny FP8 GEMM: T={} N={} K={} batch {} with {} is not a launch it has", p.T, p.N, p.K, p.batch,
+            to_string(c));
   SkinnySplit split;
   split.splits = c.splits;
   Tensor partials;  // lives until the launch is queued: the allocator reuses blocks in stream order
   if (c.splits > 1) {
-    partials = empty(DType::F32, {int64_t(skinny_gemm_fp8_partial_floats(N, T, c))});
+    partials = empty(DType::F32, {int64_t(skinny_gemm_fp8_partial_floats(p, c))});
     split.partials = partials.data<float>();
     split.counters = skinny_counters_;
   }
-  launch_skinny_gemm_fp8(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
-                         w.scale_inv.stride(0), out.raw(), out.stride(0), out.dtype() == DType::F32, T, N, K, c, split,
-                         stream_);
+  launch_skinny_gemm_fp8(p, c, split, stream_);
 }
 
 void CudaBackend::linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out) {

@@ -6,9 +6,9 @@
 // scales): it loads its rows' 128 bytes, quantizes the tokens' 128 values itself (the four lanes of
 // a token hold all of them, so the group's amax is two shuffles), runs 4 MMAs a 16-row tile and
 // token tile from zero, and adds that block's sum to fp32 accumulators times the activation and
-// weight scales, as the CPU reference does (cpu_fp8.cc). The 8 warps of a CTA split the K-blocks and
-// add their sums in shared memory; `splits` CTAs of the same rows split K further (the last to
-// finish, told by a counter, adds their partials in a fixed order).
+// weight scales, as the CPU reference does (cpu_fp8.cc). The k_warps warps of a row group split the
+// K-blocks and add their sums in shared memory; `splits` CTAs of the same rows split K further (the
+// last to finish, told by a counter, adds their partials in a fixed order).
 //
 // Fragment order: a dot product does not care in which order k is summed, so thread (g = lane / 4,
 // t4 = lane % 4) loads bytes [16 t4, 16 t4 + 16) of each 64-byte half of a row's block, and those
@@ -54,19 +54,31 @@ __device__ __forceinline__ float abs_max_pair(float m, uint32_t two) {
   return fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
 }
 
-// RT: 16-row tiles a CTA; NT: 8-token tiles (T <= 8 NT).
-template <int RT, int NT, bool OUT_F32>
+// RT: 16-row tiles a warp; NT: 8-token tiles (a CTA's tokens <= 8 NT); WK: warps on K (8 / WK on
+// rows). Grid: x = row block * token tiles + token tile, y = K split, z = batch.
+template <int RT, int NT, int WK>
 __global__ void __launch_bounds__(kWarps * 32, 1)
     skinny_fp8_kernel(const bf16* __restrict__ x, int64_t ldx, const uint8_t* __restrict__ w, int64_t ldw,
-                      const float* __restrict__ ws, int64_t ldws, void* __restrict__ out, int64_t ldo, int T, int N,
-                      int K, SkinnySplit split) {
-  constexpr int kEntries = RT * NT * 4;  // accumulators a thread
-  constexpr int kPairs = kEntries * 32;  // (entry, lane) sums a CTA reduces
-  constexpr int kPerThread = (kPairs + kWarps * 32 - 1) / (kWarps * 32);
+                      const float* __restrict__ ws, int64_t ldws, void* __restrict__ out, int64_t ldo, bool out_f32,
+                      int T_all, int N, int K, int64_t x_batch, int64_t w_batch, int64_t ws_batch, int64_t out_batch,
+                      SkinnySplit split) {
+  constexpr int WR = kWarps / WK;
+  constexpr int kEntries = RT * NT * 4;        // accumulators a thread
+  constexpr int kPairs = kEntries * 32;        // (entry, lane) sums of one warp's rows
+  constexpr int kOut = WR * kPairs;            // sums a CTA reduces
+  constexpr int kPerThread = (kOut + kWarps * 32 - 1) / (kWarps * 32);
   __shared__ float red[kWarps][kPairs];
   __shared__ bool last;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-  const int n0 = blockIdx.x * 16 * RT;
+  const int wr = warp / WK, wk = warp % WK;
+  // The CTA's token tile and rows (recomputed for the epilogue rather than kept in registers).
+  auto token_tile = [&] { return int(blockIdx.x) % ((T_all + 8 * NT - 1) / (8 * NT)); };
+  auto cta_row0 = [&] { return int(blockIdx.x) / ((T_all + 8 * NT - 1) / (8 * NT)) * 16 * RT * WR; };
+  const int T = min(8 * NT, T_all - token_tile() * 8 * NT);
+  x += blockIdx.z * x_batch + int64_t(token_tile()) * 8 * NT * ldx;
+  w += blockIdx.z * w_batch;
+  ws += blockIdx.z * ws_batch;
+  const int n0 = cta_row0() + wr * 16 * RT;
   const int kblocks = K / kBlockK, z = blockIdx.y;
   const int kb_begin = int(int64_t(kblocks) * z / gridDim.y), kb_end = int(int64_t(kblocks) * (z + 1) / gridDim.y);
 
@@ -93,7 +105,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   // Weights do not depend on the previous kernel: the first blocks' lines start into L2 before the
   // wait (one lane a row: a row's block is one 128-byte line).
   if (t4 == 0)
-    for (int kb = kb_begin + warp; kb < min(kb_end, kb_begin + 2 * kWarps); kb += kWarps)
+    for (int kb = kb_begin + wk; kb < min(kb_end, kb_begin + 2 * WK); kb += WK)
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
@@ -109,7 +121,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     float wscale[RT];
   };
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  auto load = [&](Block& b, int kb) {
+  auto load = [&](Block& bl, int kb) {
     const int k0 = kb * kBlockK;
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt)
@@ -117,24 +129,24 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          b.w[rt][r][h] = row_ok[rt][r] ? skinny::load_stream(wrow[rt][r] + k0 + 64 * h) : zero;
+          bl.w[rt][r][h] = row_ok[rt][r] ? skinny::load_stream(wrow[rt][r] + k0 + 64 * h) : zero;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int u = 0; u < 2; ++u)
-          b.x[j][h][u] = tok[j] ? *reinterpret_cast<const uint4*>(xrow[j] + k0 + 64 * h + 8 * u) : zero;
+          bl.x[j][h][u] = tok[j] ? *reinterpret_cast<const uint4*>(xrow[j] + k0 + 64 * h + 8 * u) : zero;
 #pragma unroll
-    for (int rt = 0; rt < RT; ++rt) b.wscale[rt] = __ldg(wsrow[rt] + kb);
+    for (int rt = 0; rt < RT; ++rt) bl.wscale[rt] = __ldg(wsrow[rt] + kb);
   };
 
   float acc[RT][NT][4] = {};
   Block cur;
-  if (kb_begin + warp < kb_end) load(cur, kb_begin + warp);
-  for (int kb = kb_begin + warp; kb < kb_end; kb += kWarps) {
+  if (kb_begin + wk < kb_end) load(cur, kb_begin + wk);
+  for (int kb = kb_begin + wk; kb < kb_end; kb += WK) {
     Block next;
-    if (kb + kWarps < kb_end) load(next, kb + kWarps);
+    if (kb + WK < kb_end) load(next, kb + WK);
 
     // The tokens' group of 128: amax over the four lanes of a token, scale, e4m3 codes.
     uint32_t xq[NT][2][4];
@@ -171,9 +183,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         float d[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const uint4 a = cur.w[rt][0][h], b = cur.w[rt][1][h];
-          mma::mma_e4m3(d, {a.x, b.x, a.y, b.y}, xq[j][h][0], xq[j][h][1]);
-          mma::mma_e4m3(d, {a.z, b.z, a.w, b.w}, xq[j][h][2], xq[j][h][3]);
+          const uint4 a = cur.w[rt][0][h], bw = cur.w[rt][1][h];
+          mma::mma_e4m3(d, {a.x, bw.x, a.y, bw.y}, xq[j][h][0], xq[j][h][1]);
+          mma::mma_e4m3(d, {a.z, bw.z, a.w, bw.w}, xq[j][h][2], xq[j][h][3]);
         }
         // d: rows g (0, 1) and g + 8 (2, 3), tokens 2 t4 (0, 2) and 2 t4 + 1 (1, 3).
 #pragma unroll
@@ -189,122 +201,155 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
       for (int i = 0; i < 4; ++i) red[warp][((rt * NT + j) * 4 + i) * 32 + lane] = acc[rt][j][i];
   __syncthreads();
+  // Sum f of the CTA is output (token f / kRows, row f % kRows): consecutive threads take
+  // consecutive rows of a token, so the stores below coalesce. Its accumulator: row r = q * 16 RT +
+  // rt * 16 + g' + 8 (i >= 2) of warp row group q, token 8 j + 2 t4' + (i & 1), in entry
+  // (rt, j, i) of lane (g', t4'); added over the group's WK warps.
+  constexpr int kRows = 16 * RT * WR;
   float sum[kPerThread];
 #pragma unroll
   for (int m = 0; m < kPerThread; ++m) {
     const int f = threadIdx.x + m * kWarps * 32;
     sum[m] = 0.f;
-    if (f < kPairs)
+    if (f >= kOut) continue;
+    const int t = f / kRows, r = f % kRows, q = r / (16 * RT), rt = (r / 16) % RT, rr = r % 16;
+    const int i = (rr >= 8 ? 2 : 0) + (t & 1), e = (rt * NT + t / 8) * 4 + i, ln = (rr % 8) * 4 + (t % 8) / 2;
 #pragma unroll
-      for (int v = 0; v < kWarps; ++v) sum[m] += red[v][f];
+    for (int v = 0; v < WK; ++v) sum[m] += red[q * WK + v][e * 32 + ln];
   }
   if (gridDim.y > 1) {
-    // Partials: [block][split][kPairs]. Publish ours, then count; the last CTA adds all in order.
-    float* part = split.partials + int64_t(blockIdx.x) * gridDim.y * kPairs;
+    // Partials: [CTA][split][kOut]. Publish ours, then count; the last CTA adds all in order.
+    const int64_t cta = int64_t(blockIdx.z) * gridDim.x + blockIdx.x;
+    float* part = split.partials + cta * gridDim.y * kOut;
 #pragma unroll
     for (int m = 0; m < kPerThread; ++m) {
       const int f = threadIdx.x + m * kWarps * 32;
-      if (f < kPairs) part[int64_t(z) * kPairs + f] = sum[m];
+      if (f < kOut) part[int64_t(z) * kOut + f] = sum[m];
     }
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = skinny::arrive_last(split.counters + blockIdx.x, int(gridDim.y));
+    if (threadIdx.x == 0) last = skinny::arrive_last(split.counters + cta, int(gridDim.y));
     __syncthreads();
     if (!last) return;
     __threadfence();
 #pragma unroll
     for (int m = 0; m < kPerThread; ++m) {
       const int f = threadIdx.x + m * kWarps * 32;
-      if (f >= kPairs) continue;
+      if (f >= kOut) continue;
       sum[m] = 0.f;
-      for (int v = 0; v < int(gridDim.y); ++v) sum[m] += __ldcg(part + int64_t(v) * kPairs + f);
+      for (int v = 0; v < int(gridDim.y); ++v) sum[m] += __ldcg(part + int64_t(v) * kOut + f);
     }
   }
+  const int64_t out_offset = blockIdx.z * out_batch + int64_t(token_tile()) * 8 * NT * ldo;
+  const int cta_n0 = cta_row0();
 #pragma unroll
   for (int m = 0; m < kPerThread; ++m) {
     const int f = threadIdx.x + m * kWarps * 32;
-    if (f >= kPairs) continue;
-    // Entry (rt, j, i) of lane (g', t4'): row rt * 16 + g' (+ 8 for i >= 2), token 8 j + 2 t4' + (i & 1).
-    const int e = f / 32, ln = f % 32, i = e % 4, j = (e / 4) % NT, rt = e / (4 * NT);
-    const int row = n0 + rt * 16 + ln / 4 + (i >= 2 ? 8 : 0), t = 8 * j + 2 * (ln % 4) + (i & 1);
-    if (row >= N || t >= T) continue;
-    if constexpr (OUT_F32)
-      static_cast<float*>(out)[int64_t(t) * ldo + row] = sum[m];
+    const int t = f / kRows, row = cta_n0 + f % kRows;
+    if (f >= kOut || row >= N || t >= T) continue;
+    const int64_t o = out_offset + int64_t(t) * ldo + row;
+    if (out_f32)
+      static_cast<float*>(out)[o] = sum[m];
     else
-      static_cast<bf16*>(out)[int64_t(t) * ldo + row] = __float2bfloat16(sum[m]);
+      static_cast<bf16*>(out)[o] = __float2bfloat16(sum[m]);
   }
 }
 
-template <int RT, int NT>
-void launch_tiles(const bf16* x, int64_t ldx, const uint8_t* w, int64_t ldw, const float* ws, int64_t ldws, void* out,
-                  int64_t ldo, bool out_f32, int T, int N, int K, SkinnySplit split, cudaStream_t stream) {
-  dim3 grid(unsigned((N + 16 * RT - 1) / (16 * RT)), unsigned(split.splits));
-  launch_pdl(out_f32 ? skinny_fp8_kernel<RT, NT, true> : skinny_fp8_kernel<RT, NT, false>, grid, kWarps * 32, 0,
-             stream, x, ldx, w, ldw, ws, ldws, out, ldo, T, N, K, split);
+int64_t token_tiles(int64_t T) { return T <= 8 ? 1 : (T + 15) / 16; }
+
+template <int RT, int NT, int WK>
+void launch_tiles(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
+  dim3 grid(unsigned(row_blocks * token_tiles(p.T)), unsigned(split.splits), unsigned(p.batch));
+  launch_pdl(skinny_fp8_kernel<RT, NT, WK>, grid, kWarps * 32, 0, stream, static_cast<const bf16*>(p.x), p.ldx,
+             static_cast<const uint8_t*>(p.w), p.ldw, p.w_scales, p.ldws, p.out, p.ldo, p.out_f32, int(p.T), int(p.N),
+             int(p.K), p.x_batch, p.w_batch, p.ws_batch, p.out_batch, split);
 }
 
-template <int RT>
-void launch_rows(const bf16* x, int64_t ldx, const uint8_t* w, int64_t ldw, const float* ws, int64_t ldws, void* out,
-                 int64_t ldo, bool out_f32, int T, int N, int K, SkinnySplit split, cudaStream_t stream) {
-  if (T <= 8)
-    launch_tiles<RT, 1>(x, ldx, w, ldw, ws, ldws, out, ldo, out_f32, T, N, K, split, stream);
+template <int RT, int WK>
+void launch_tokens(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
+  if (p.T <= 8)
+    launch_tiles<RT, 1, WK>(p, row_blocks, split, stream);
   else
-    launch_tiles<RT, 2>(x, ldx, w, ldw, ws, ldws, out, ldo, out_f32, T, N, K, split, stream);
+    launch_tiles<RT, 2, WK>(p, row_blocks, split, stream);
+}
+
+template <int WK>
+void launch_rows(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t row_blocks, SkinnySplit split,
+                 cudaStream_t stream) {
+  switch (c.row_tiles) {
+    case 1: launch_tokens<1, WK>(p, row_blocks, split, stream); break;
+    case 2: launch_tokens<2, WK>(p, row_blocks, split, stream); break;
+    default: launch_tokens<4, WK>(p, row_blocks, split, stream); break;
+  }
+}
+
+int64_t row_blocks(int64_t N, const SkinnyFp8Config& c) {
+  const int64_t rows = 16 * c.row_tiles * (kWarps / c.k_warps);
+  return (N + rows - 1) / rows;
 }
 
 }  // namespace
 
 std::string to_string(const SkinnyFp8Config& c) {
-  return fmt::format("row_tiles={} splits={}", c.row_tiles, c.splits);
+  return fmt::format("row_tiles={} splits={} k_warps={}", c.row_tiles, c.splits, c.k_warps);
 }
 
-bool skinny_gemm_fp8_fits(const void* x, int64_t ldx, const void* w, int64_t ldw, int64_t T, int64_t N, int64_t K) {
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return T >= 1 && T <= kSkinnyFp8MaxRows && K % kBlockK == 0 && N % 16 == 0 && N > 0 && ldx % 8 == 0 &&
-         ldw % 16 == 0 && aligned(x) && aligned(w) && K < (int64_t(1) << 31) && N < (int64_t(1) << 31);
+bool skinny_gemm_fp8_fits(const SkinnyFp8Problem& p) {
+  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  const bool batches_aligned = p.batch == 1 || (p.x_batch % 8 == 0 && p.w_batch % 16 == 0);
+  return p.T >= 1 && p.K % kBlockK == 0 && p.N % 16 == 0 && p.N > 0 && p.batch >= 1 && p.batch < 65536 &&
+         p.ldx % 8 == 0 && p.ldw % 16 == 0 && aligned(p.x) && aligned(p.w) && batches_aligned &&
+         p.K < (int64_t(1) << 31) && p.N < (int64_t(1) << 31) && p.T < (int64_t(1) << 31) &&
+         (p.N / 16 + 1) * token_tiles(p.T) < (int64_t(1) << 31);
 }
 
 bool skinny_gemm_fp8_valid(const SkinnyFp8Config& c, int64_t K) {
-  return (c.row_tiles == 1 || c.row_tiles == 2 || c.row_tiles == 4) && c.splits >= 1 &&
+  return (c.row_tiles == 1 || c.row_tiles == 2 || c.row_tiles == 4) &&
+         (c.k_warps == 1 || c.k_warps == 2 || c.k_warps == 4 || c.k_warps == 8) && c.splits >= 1 &&
          c.splits <= kSkinnyGemmMaxSplits && c.splits <= K / kBlockK;
 }
 
-SkinnyFp8Config skinny_gemm_fp8_default(int64_t N, int64_t K, int num_sms) {
-  // What tune-fp8-gemm found on an H200 (configs/tuning): 64-row CTAs wherever they still give
-  // three SMs in four a CTA (one wave beats 1.7 waves of 32-row CTAs), else 32 rows; then split K
-  // while the CTAs fit twice into the SMs and every warp keeps at least a K-block a split.
+SkinnyFp8Config skinny_gemm_fp8_default(int64_t N, int64_t K, int64_t T, int64_t batch, int num_sms) {
+  const int64_t kblocks = K / kBlockK, tiles = token_tiles(T) * batch;
   SkinnyFp8Config c;
-  c.row_tiles = skinny_gemm_fp8_blocks(N, c) * 4 >= int64_t(num_sms) * 3 ? 4 : 2;
-  const int64_t blocks = skinny_gemm_fp8_blocks(N, c), kblocks = K / kBlockK;
-  while (c.splits < kSkinnyGemmMaxSplits && blocks * c.splits * 2 <= num_sms && kblocks >= 2 * c.splits * kWarps)
+  // Warps on K while each keeps at least two K-blocks to stream; the rest take rows.
+  while (c.k_warps > 1 && kblocks < 2 * c.k_warps) c.k_warps /= 2;
+  // What tune-fp8-gemm found on an H200 (configs/tuning) for the linears: 64-row warps wherever
+  // their CTAs still give three SMs in four a CTA (one wave beats 1.7 waves of 32-row ones), else
+  // 32 rows (16 where even those leave SMs idle); then split K while the CTAs fit twice into the
+  // SMs and every warp keeps at least a K-block a split.
+  c.row_tiles = row_blocks(N, c) * tiles * 4 >= int64_t(num_sms) * 3 ? 4 : 2;
+  if (c.row_tiles == 2 && row_blocks(N, c) * tiles < num_sms / 2) c.row_tiles = 1;
+  // Fewer rows a CTA while half or more of them would lie past N (the absorbed products: 128 a head).
+  while (c.row_tiles > 1 && 16 * c.row_tiles * (kWarps / c.k_warps) >= 2 * N) c.row_tiles /= 2;
+  const int64_t blocks = row_blocks(N, c) * tiles;
+  while (c.splits < kSkinnyGemmMaxSplits && blocks * c.splits * 2 <= num_sms && kblocks >= 2 * c.splits * c.k_warps)
     c.splits *= 2;
   return c;
 }
 
-int64_t skinny_gemm_fp8_blocks(int64_t N, const SkinnyFp8Config& c) {
-  return (N + 16 * c.row_tiles - 1) / (16 * c.row_tiles);
+int64_t skinny_gemm_fp8_blocks(const SkinnyFp8Problem& p, const SkinnyFp8Config& c) {
+  return row_blocks(p.N, c) * token_tiles(p.T) * p.batch;
 }
 
-size_t skinny_gemm_fp8_partial_floats(int64_t N, int64_t T, const SkinnyFp8Config& c) {
-  const int64_t nt = T > 8 ? 2 : 1;
-  return c.splits > 1 ? size_t(skinny_gemm_fp8_blocks(N, c) * c.splits * c.row_tiles * nt * 4 * 32) : 0;
+size_t skinny_gemm_fp8_partial_floats(const SkinnyFp8Problem& p, const SkinnyFp8Config& c) {
+  const int64_t nt = p.T > 8 ? 2 : 1, per_cta = (kWarps / c.k_warps) * c.row_tiles * nt * 4 * 32;
+  return c.splits > 1 ? size_t(skinny_gemm_fp8_blocks(p, c) * c.splits * per_cta) : 0;
 }
 
-void launch_skinny_gemm_fp8(const void* x, int64_t ldx, const void* w, int64_t ldw, const float* w_scales,
-                            int64_t ldws, void* out, int64_t ldo, bool out_f32, int64_t T, int64_t N, int64_t K,
-                            const SkinnyFp8Config& c, SkinnySplit split, cudaStream_t stream) {
-  MLA_CHECK(skinny_gemm_fp8_fits(x, ldx, w, ldw, T, N, K) && skinny_gemm_fp8_valid(c, K) && split.splits == c.splits,
-            "skinny FP8 GEMM: T={} N={} K={} with {} (splits {}) is not a launch it has", T, N, K, to_string(c),
-            split.splits);
+void launch_skinny_gemm_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, SkinnySplit split,
+                            cudaStream_t stream) {
+  MLA_CHECK(skinny_gemm_fp8_fits(p) && skinny_gemm_fp8_valid(c, p.K) && split.splits == c.splits,
+            "skinny FP8 GEMM: T={} N={} K={} batch {} with {} (splits {}) is not a launch it has", p.T, p.N, p.K,
+            p.batch, to_string(c), split.splits);
   MLA_CHECK(c.splits == 1 || (split.partials && split.counters),
             "skinny FP8 GEMM: split-K needs partials and counters");
-  auto xb = static_cast<const bf16*>(x);
-  auto wb = static_cast<const uint8_t*>(w);
-  const int t = int(T), n = int(N), k = int(K);
-  switch (c.row_tiles) {
-    case 1: launch_rows<1>(xb, ldx, wb, ldw, w_scales, ldws, out, ldo, out_f32, t, n, k, split, stream); break;
-    case 2: launch_rows<2>(xb, ldx, wb, ldw, w_scales, ldws, out, ldo, out_f32, t, n, k, split, stream); break;
-    default: launch_rows<4>(xb, ldx, wb, ldw, w_scales, ldws, out, ldo, out_f32, t, n, k, split, stream); break;
+  const int64_t rb = row_blocks(p.N, c);
+  switch (c.k_warps) {
+    case 1: launch_rows<1>(p, c, rb, split, stream); break;
+    case 2: launch_rows<2>(p, c, rb, split, stream); break;
+    case 4: launch_rows<4>(p, c, rb, split, stream); break;
+    default: launch_rows<8>(p, c, rb, split, stream); break;
   }
 }
 
