@@ -75,17 +75,18 @@ SkinnyFp8Problem head_problem(const Tensor& x, const LinearWeight& w, const Tens
 
 void CudaBackend::mla_absorb_q_w8a8(const Tensor& q_nope, const Tensor& q_pe, const LinearWeight& w_uk_t,
                                    Tensor& q_latent) {
-  const int64_t H = q_nope.defined() && q_nope.ndim() == 3 ? q_nope.size(1) : 1;
-  const int64_t N = H > 0 ? w_uk_t.out_features() / H : 0;
-  mla_absorb_q_w8a8(q_nope, q_pe, w_uk_t, q_latent,
-                    absorb_fp8_default(q_nope.defined() ? q_nope.size(0) : 0, H, N, q_nope.size(-1)));
+  // Shapes as the checks of the overload below expect them (which reject anything else).
+  const bool ok = q_nope.defined() && q_nope.ndim() == 3 && q_nope.size(1) > 0 && w_uk_t.weight.defined();
+  const int64_t T = ok ? q_nope.size(0) : 1, H = ok ? q_nope.size(1) : 1, K = ok ? q_nope.size(2) : 128;
+  const int64_t N = ok ? w_uk_t.out_features() / H : 128;
+  mla_absorb_q_w8a8(q_nope, q_pe, w_uk_t, q_latent, absorb_fp8_default(T, H, N, K));
 }
 
 void CudaBackend::mla_absorb_out_w8a8(const Tensor& latent, const LinearWeight& w_uv, Tensor& out) {
-  const int64_t H = latent.defined() && latent.ndim() == 3 ? latent.size(1) : 1;
-  const int64_t N = H > 0 ? w_uv.out_features() / H : 0;
-  mla_absorb_out_w8a8(latent, w_uv, out,
-                      absorb_fp8_default(latent.defined() ? latent.size(0) : 0, H, N, latent.size(-1)));
+  const bool ok = latent.defined() && latent.ndim() == 3 && latent.size(1) > 0 && w_uv.weight.defined();
+  const int64_t T = ok ? latent.size(0) : 1, H = ok ? latent.size(1) : 1, K = ok ? latent.size(2) : 128;
+  const int64_t N = ok ? w_uv.out_features() / H : 128;
+  mla_absorb_out_w8a8(latent, w_uv, out, absorb_fp8_default(T, H, N, K));
 }
 
 void CudaBackend::mla_absorb_q_w8a8(const Tensor& q_nope, const Tensor& q_pe, const LinearWeight& w_uk_t,
