@@ -107,6 +107,9 @@ class CudaBackend final : public Backend {
   SkinnyFp8Config absorb_fp8_default(int64_t T, int64_t H, int64_t N, int64_t K) const {
     return skinny_gemm_fp8_default(N, K, T, H, num_sms_);
   }
+  // The skinny FP8 kernel's operands for x [T, ..., K] (rows x.stride(0) apart) times N rows of w
+  // into out (nullptr: none yet), one batch.
+  static SkinnyFp8Problem skinny_problem(const Tensor& x, const LinearWeight& w, const Tensor* out, int64_t N);
   void moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& routing, Tensor& ids,
                  Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,

@@ -121,22 +121,17 @@ void CudaBackend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& ou
     linear_w8a8_cublaslt(x, w, out);
 }
 
-namespace {
-
-// x [T, K] · W^T as one batch of the skinny kernel.
-SkinnyFp8Problem linear_problem(const Tensor& x, const LinearWeight& w, Tensor* out) {
+SkinnyFp8Problem CudaBackend::skinny_problem(const Tensor& x, const LinearWeight& w, const Tensor* out, int64_t N) {
   SkinnyFp8Problem p{x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
-                     w.scale_inv.stride(0), nullptr, 0, false, x.size(0), w.out_features(), w.in_features()};
+                     w.scale_inv.stride(0), nullptr, 0, false, x.size(0), N, x.size(-1)};
   if (out) p.out = out->raw(), p.ldo = out->stride(0), p.out_f32 = out->dtype() == DType::F32;
   return p;
 }
 
-}  // namespace
-
 std::optional<SkinnyFp8Config> CudaBackend::skinny_fp8_choice(const Tensor& x, const LinearWeight& w) const {
   if (!x.defined() || x.ndim() != 2 || x.dtype() != DType::BF16 || !w.is_fp8_block() || !w.weight.defined())
     return std::nullopt;
-  const SkinnyFp8Problem p = linear_problem(x, w, nullptr);
+  const SkinnyFp8Problem p = skinny_problem(x, w, nullptr, w.out_features());
   if (p.T > kSkinnyFp8MaxRows || !skinny_gemm_fp8_fits(p)) return std::nullopt;
   if (std::optional<Fp8GemmChoice> tuned = fp8_tuning_.find(p.N, p.K, p.T)) {
     if (tuned->kernel == Fp8GemmChoice::Kernel::Cublaslt) return std::nullopt;
@@ -151,7 +146,7 @@ void CudaBackend::linear_w8a8_skinny(const Tensor& x, const LinearWeight& w, Ten
   const int64_t T = x.defined() ? x.size(0) : 0;
   check_fp8_linear(T, w, out);
   check_matrix(x, DType::BF16, T, w.in_features(), "linear_w8a8 x");
-  run_skinny_fp8(linear_problem(x, w, &out), c);
+  run_skinny_fp8(skinny_problem(x, w, &out, w.out_features()), c);
 }
 
 void CudaBackend::run_skinny_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c) {

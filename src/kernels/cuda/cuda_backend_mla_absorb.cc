@@ -61,11 +61,9 @@ void check_head_weight(const LinearWeight& w, int64_t H, int64_t K, const char* 
             what, H, K, w.weight.defined() ? w.weight.describe() : "nothing");
 }
 
-// x [T, H, K] (BF16, rows contiguous) times the heads' weights into out [T, H, N].
+// x [T, H, K] (BF16, rows contiguous) times the heads' weights into out [T, H, N]: one batch a head.
 SkinnyFp8Problem head_problem(const Tensor& x, const LinearWeight& w, const Tensor& out, int64_t N) {
-  const int64_t T = x.size(0), K = x.size(2);
-  SkinnyFp8Problem p{x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
-                     w.scale_inv.stride(0), out.raw(), out.stride(0), out.dtype() == DType::F32, T, N, K};
+  SkinnyFp8Problem p = CudaBackend::skinny_problem(x, w, &out, N);
   p.batch = x.size(1), p.x_batch = x.stride(1), p.w_batch = N * w.weight.stride(0);
   p.ws_batch = N / 128 * w.scale_inv.stride(0), p.out_batch = out.stride(1);
   return p;

@@ -52,8 +52,7 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
       Fp8GemmChoice best;
       best.ms = median_ms(stream_, [&](int i) { linear_w8a8_cublaslt(x, ws[size_t(i % copies)], got); });
       progress(fmt::format("N={} K={} T={}: cublaslt {:.4f} ms", N, K, T, best.ms));
-      const SkinnyFp8Problem p{x.raw(), x.stride(0), ws[0].weight.raw(), ws[0].weight.stride(0),
-                               nullptr, 0, nullptr, 0, false, T, N, K};
+      const SkinnyFp8Problem p = skinny_problem(x, ws[0], nullptr, N);
       if (T <= kSkinnyFp8MaxRows && skinny_gemm_fp8_fits(p)) {
         for (int k_warps : {8, 4, 2, 1})
           for (int row_tiles : {1, 2, 4})
