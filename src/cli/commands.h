@@ -15,5 +15,6 @@ void register_serve(CLI::App& app);
 void register_bench_serving(CLI::App& app);
 void register_bench_one_batch(CLI::App& app);
 void register_tune_fp8_gemm(CLI::App& app);
+void register_tune_moe(CLI::App& app);
 
 }  // namespace mlaserve::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   mlaserve::cli::register_bench_serving(app);
   mlaserve::cli::register_bench_one_batch(app);
   mlaserve::cli::register_tune_fp8_gemm(app);
+  mlaserve::cli::register_tune_moe(app);
 
   try {
     app.parse(argc, argv);

@@ -26,6 +26,10 @@ Fp8GemmTuning Backend::tune_fp8_gemm(const std::vector<std::pair<int64_t, int64_
   fail("the {} backend has no FP8 GEMM kernels to tune (tune-fp8-gemm runs with --device cuda)", name());
 }
 
+MoeTuning Backend::tune_moe(const std::vector<MoeTuneCase>&, const std::function<void(const std::string&)>&) {
+  fail("the {} backend has no FP8 MoE kernels to tune (tune-moe runs with --device cuda)", name());
+}
+
 void Backend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out) {
   int64_t T = x.size(0), K = x.size(1), groups = (K + w.block_k - 1) / w.block_k;
   // Activation groups line up with the weight's K-blocks, so each block's product needs one scale

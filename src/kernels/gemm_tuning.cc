@@ -1,11 +1,8 @@
 #include "kernels/gemm_tuning.h"
 
-#include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include "common/error.h"
 
@@ -53,18 +50,6 @@ Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where
   return c;
 }
 
-// "123" -> 123, anything else an error.
-int64_t parse_count(const std::string& s, const std::string& where) {
-  size_t used = 0;
-  int64_t v = -1;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-  }
-  MLA_CHECK(used == s.size() && v > 0, "{}: token count \"{}\" is not a positive integer", where, s);
-  return v;
-}
-
 }  // namespace
 
 void Fp8GemmTuning::set(int64_t N, int64_t K, int64_t tokens, const Fp8GemmChoice& choice) {
@@ -73,15 +58,9 @@ void Fp8GemmTuning::set(int64_t N, int64_t K, int64_t tokens, const Fp8GemmChoic
 
 std::optional<Fp8GemmChoice> Fp8GemmTuning::find(int64_t N, int64_t K, int64_t tokens) const {
   auto shape = table_.find({N, K});
-  if (shape == table_.end() || shape->second.empty()) return std::nullopt;
-  const auto& by_tokens = shape->second;
-  const int64_t largest = by_tokens.rbegin()->first;
-  if (tokens > largest + largest / 2) return std::nullopt;
-  auto above = by_tokens.lower_bound(tokens);
-  if (above == by_tokens.end()) return std::prev(above)->second;
-  if (above == by_tokens.begin() || above->first == tokens) return above->second;
-  auto below = std::prev(above);
-  return tokens - below->first <= above->first - tokens ? below->second : above->second;
+  if (shape == table_.end()) return std::nullopt;
+  const Fp8GemmChoice* c = nearest_tuned(shape->second, tokens);
+  return c ? std::optional<Fp8GemmChoice>(*c) : std::nullopt;
 }
 
 nlohmann::json Fp8GemmTuning::to_json() const {
@@ -108,49 +87,20 @@ Fp8GemmTuning Fp8GemmTuning::from_json(const nlohmann::json& j, const std::strin
     MLA_CHECK(entry.is_object(), "{}: shape {} must map token counts to choices", what, key);
     for (const auto& [tokens, choice] : entry.items()) {
       const std::string where = fmt::format("{}: shape {} tokens {}", what, key, tokens);
-      t.set(N, K, parse_count(tokens, where), choice_from_json(choice, where));
+      t.set(N, K, parse_tuned_count(tokens, where), choice_from_json(choice, where));
     }
   }
   return t;
 }
 
-Fp8GemmTuning Fp8GemmTuning::load(const std::string& path) {
-  std::ifstream in(path);
-  MLA_CHECK(in.good(), "cannot read tuned configs {}", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON ({})", path, e.what());
-  }
-  return from_json(j, path);
-}
+Fp8GemmTuning Fp8GemmTuning::load(const std::string& path) { return from_json(read_tuning_json(path), path); }
 
-void Fp8GemmTuning::save(const std::string& path) const {
-  std::ofstream out(path);
-  MLA_CHECK(out.good(), "cannot write tuned configs {}", path);
-  out << to_json().dump(1) << "\n";
-  MLA_CHECK(out.good(), "writing {} failed", path);
-}
+void Fp8GemmTuning::save(const std::string& path) const { write_tuning_json(path, to_json()); }
 
-std::string Fp8GemmTuning::file_name(const std::string& device) {
-  std::string name = device;
-  for (char& c : name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
-  return "fp8_gemm_" + name + ".json";
-}
+std::string Fp8GemmTuning::file_name(const std::string& device) { return tuning_file_name("fp8_gemm", device); }
 
 std::string Fp8GemmTuning::path(const std::string& dir_flag, const std::string& device) {
   return (std::filesystem::path(tuning_dir(dir_flag)) / file_name(device)).string();
-}
-
-std::string tuning_dir(const std::string& dir) {
-  namespace fs = std::filesystem;
-  if (!dir.empty()) return dir;
-  if (const char* env = std::getenv("MLASERVE_TUNING_DIR"); env && *env) return env;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  return ((ec ? fs::path(".") : exe.parent_path()) / ".." / "configs" / "tuning").lexically_normal().string();
 }
 
 }  // namespace mlaserve

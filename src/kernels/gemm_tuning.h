@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/tuning_file.h"
+
 namespace mlaserve {
 
 struct Fp8GemmChoice {
@@ -58,12 +60,5 @@ class Fp8GemmTuning {
   std::string device_;
   std::map<std::pair<int64_t, int64_t>, std::map<int64_t, Fp8GemmChoice>> table_;
 };
-
-// The folder of tuned configs: `dir` if given, else $MLASERVE_TUNING_DIR, else configs/tuning beside
-// the folder of the running executable (build/mlaserve -> configs/tuning of the checkout).
-std::string tuning_dir(const std::string& dir);
-inline constexpr const char* kTuningDirHelp =
-    "Folder of tuned kernel configs, fp8_gemm_<device>.json (default: $MLASERVE_TUNING_DIR, else configs/tuning "
-    "of the checkout)";
 
 }  // namespace mlaserve

@@ -14,6 +14,7 @@
 
 #include "common/tensor.h"
 #include "kernels/gemm_tuning.h"
+#include "kernels/moe_tuning.h"
 #include "kernels/linear_weight.h"
 #include "kernels/moe_params.h"
 
@@ -123,6 +124,14 @@ class Backend {
   virtual Fp8GemmTuning tune_fp8_gemm(const std::vector<std::pair<int64_t, int64_t>>& shapes,
                                       const std::vector<int64_t>& tokens,
                                       const std::function<void(const std::string&)>& progress);
+
+  // The FP8 fused MoE's tuned launches (kernels/moe_tuning.h): set_moe_tuning gives the table its
+  // grouped expert GEMMs follow; tune_moe times every launch this backend has for both GEMMs of
+  // each case (FP8 experts, random weights and even routing; the whole layer timed, as a CUDA graph
+  // replays it) and returns the fastest, each checked against the planned launch's output.
+  virtual void set_moe_tuning(MoeTuning tuning) {}
+  virtual MoeTuning tune_moe(const std::vector<MoeTuneCase>& cases,
+                             const std::function<void(const std::string&)>& progress);
 
   // Rank and world size of this backend's tensor-parallel group (1 GPU: 0 and 1).
   virtual int rank() const { return 0; }

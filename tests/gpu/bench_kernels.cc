@@ -18,6 +18,7 @@
 #include "kernels/cuda/event_timer.h"
 #include "kernels/cuda/gemm_runner.h"
 #include "kernels/cuda/moe_experts.h"
+#include "kernels/cuda/moe_grouped_gemm_fp8.h"
 #include "kernels/cuda/mla_decode.h"
 #include "kernels/cuda/mla_prefill.h"
 #include "kernels/cuda/skinny_gemm.h"
@@ -445,24 +446,49 @@ void bench_moe_fp8(cuda::CudaBackend& gpu, double copy_bw, std::vector<Row>& row
       for (int64_t i = 0; i < ih.numel(); ++i) hit[size_t(ih.data<int32_t>()[i])] = true;
       touched += double(std::count(hit.begin(), hit.end(), true)) / double(n_sets);
     }
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    CUDA_CHECK(cudaStreamBeginCapture(gpu.stream(), cudaStreamCaptureModeRelaxed));
-    for (int64_t s = 0; s < n_sets; ++s) {
-      gpu.moe_route(logits[s], bias, r, ids[s], w[s]);
-      gpu.moe_experts(x, ids[s], w[s], experts, out);
-    }
-    CUDA_CHECK(cudaStreamEndCapture(gpu.stream(), &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    double ms =
-        time_ms([&](int) { CUDA_CHECK(cudaGraphLaunch(exec, gpu.stream())); }, T >= 1024 ? 10 : 50, 5) / double(n_sets);
-    CUDA_CHECK(cudaGraphExecDestroy(exec));
-    CUDA_CHECK(cudaGraphDestroy(graph));
+    auto time_layer = [&] {
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(gpu.stream(), cudaStreamCaptureModeRelaxed));
+      for (int64_t s = 0; s < n_sets; ++s) {
+        gpu.moe_route(logits[s], bias, r, ids[s], w[s]);
+        gpu.moe_experts(x, ids[s], w[s], experts, out);
+      }
+      CUDA_CHECK(cudaStreamEndCapture(gpu.stream(), &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      double ms = time_ms([&](int) { CUDA_CHECK(cudaGraphLaunch(exec, gpu.stream())); }, T >= 1024 ? 10 : 50, 5) /
+                  double(n_sets);
+      CUDA_CHECK(cudaGraphExecDestroy(exec));
+      CUDA_CHECK(cudaGraphDestroy(graph));
+      return ms;
+    };
     double bytes = touched * expert_bytes + 4.0 * T * H, floor_ms = bytes / copy_bw * 1e3;
     double flops = 2.0 * T * k * 3 * I * H;
-    rows.push_back({"fp8 moe v3-tp8 graph", fmt::format("T={} E=256 k=8 ({:.1f} touched)", T, touched), ms,
-                    bytes / (ms * 1e-3) / 1e12, floor_ms, floor_ms / ms, "TB/s"});
-    std::printf("fp8 moe T=%lld: %.4f ms, %.0f TFLOP/s\n", (long long)T, ms, flops / (ms * 1e-3) / 1e12);
+    // The launches the runtime takes (tuned, else planned), then the mma.sync kernel with the same
+    // K splits and column tiles.
+    cuda::MoeRunner& runner = gpu.moe_runner();
+    cuda::MoeFp8GemmParams gu{}, down{};
+    gu.N = int32_t(2 * I), gu.K = int32_t(H), down.N = int32_t(H), down.K = int32_t(I);
+    gu.max_rows = down.max_rows = int32_t(T * k);
+    gu.num_experts = down.num_experts = int32_t(E);
+    auto as_mma = [](cuda::MoeFp8Launch l) {
+      l.kernel = cuda::MoeFp8Launch::Kernel::MmaSync, l.tile_rows = 32;
+      return l;
+    };
+    for (bool mma : {false, true}) {
+      runner.fp8_gate_up_launch = runner.fp8_down_launch = std::nullopt;
+      if (mma) {
+        runner.fp8_gate_up_launch = as_mma(cuda::plan_moe_grouped_gemm_fp8(gu, gpu.num_sms(), true));
+        runner.fp8_down_launch = as_mma(cuda::plan_moe_grouped_gemm_fp8(down, gpu.num_sms(), false));
+      }
+      const double ms = time_layer();
+      rows.push_back({mma ? "fp8 moe v3-tp8 graph mma.sync" : "fp8 moe v3-tp8 graph",
+                      fmt::format("T={} E=256 k=8 ({:.1f} touched)", T, touched), ms, bytes / (ms * 1e-3) / 1e12,
+                      floor_ms, floor_ms / ms, "TB/s"});
+      std::printf("fp8 moe T=%lld%s: %.4f ms, %.0f TFLOP/s\n", (long long)T, mma ? " (mma.sync)" : "", ms,
+                  flops / (ms * 1e-3) / 1e12);
+    }
+    runner.fp8_gate_up_launch = runner.fp8_down_launch = std::nullopt;
   }
 }
 

@@ -7,7 +7,9 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/moe_experts.h"
@@ -228,9 +230,12 @@ TEST_F(Moe, ExpertsMatchTheReference) {
 
 // FP8 experts (e4m3, 128 x 128 block scales) against the CPU's W8A8 experts on the same weights:
 // few tokens (the gate/up GEMM split over K), V3's TP8 shard width (I = 256, H = 7168) and a wider
-// one, and a batch with ids outside [0, E) dropped.
-TEST_F(Moe, Fp8ExpertsMatchTheReference) {
+// one, and a batch with ids outside [0, E) dropped. Every launch both grouped GEMMs have (both
+// kernels, every tile size, K split and column tiles a block; the other GEMM planned) at each size.
+TEST_F(Moe, Fp8ExpertsMatchTheReferenceInEveryLaunch) {
   std::vector<ExpertsCase> cases = {{32, 8, 7168, 256, {1, 3, 33}}, {8, 2, 1024, 384, {1, 16, 300}}};
+  cuda::MoeRunner& runner = gpu.moe_runner();
+  int64_t launches = 0;
   for (const ExpertsCase& c : cases) {
     std::vector<GatedMlpWeights> host, dev;
     for (int64_t e = 0; e < c.E; ++e) {
@@ -242,6 +247,15 @@ TEST_F(Moe, Fp8ExpertsMatchTheReference) {
       dev.push_back({gpu.to_backend(g), gpu.to_backend(u), gpu.to_backend(d)});
       ASSERT_TRUE(dev.back().gate.is_fp8_block() && dev.back().down.is_fp8_block()) << "experts stay FP8";
     }
+    cuda::MoeFp8GemmParams gate_up_shape{}, down_shape{};
+    gate_up_shape.N = int32_t(2 * c.I), gate_up_shape.K = int32_t(c.H);
+    down_shape.N = int32_t(c.H), down_shape.K = int32_t(c.I);
+    // (gate_up launch, down launch); nullopt: planned.
+    std::vector<std::pair<std::optional<cuda::MoeFp8Launch>, std::optional<cuda::MoeFp8Launch>>> runs = {{}};
+    for (const cuda::MoeFp8Launch& l : cuda::moe_grouped_gemm_fp8_launches(gate_up_shape, true))
+      runs.push_back({l, std::nullopt});
+    for (const cuda::MoeFp8Launch& l : cuda::moe_grouped_gemm_fp8_launches(down_shape, false))
+      runs.push_back({std::nullopt, l});
     for (int64_t T : c.tokens) {
       Tensor x = random_f32({T, c.H}, seed + T + c.H);
       Tensor ids, w;
@@ -253,19 +267,44 @@ TEST_F(Moe, Fp8ExpertsMatchTheReference) {
       cpu->moe_experts(x, ids, w, host, want);
       if (T > 2) ids.data<int32_t>()[c.k + 1] = int32_t(c.E);
       Tensor xd = dev_bf16(x), ids_d = gpu.to_device(ids), w_d = gpu.to_device(w);
-      Tensor out = poisoned(gpu, DType::BF16, {T, c.H});
-      gpu.moe_experts(xd, ids_d, w_d, dev, out);
-      Tensor got = gpu.to_host(out);
-      // The SiLU output, summed in another order, crosses an e4m3 rounding step now and then before
-      // down; then the BF16 output. Measured 2.4e-3 at worst.
-      double err = rel_l2(got, want);
-      EXPECT_LE(err, 1e-2) << "E=" << c.E << " H=" << c.H << " I=" << c.I << " T=" << T;
-      worst = std::max(worst, err);
-      Tensor again = poisoned(gpu, DType::BF16, {T, c.H});
-      gpu.moe_experts(xd, ids_d, w_d, dev, again);
-      Tensor got2 = gpu.to_host(again);
-      EXPECT_EQ(std::memcmp(got.raw(), got2.raw(), got.nbytes()), 0) << "deterministic: E=" << c.E << " T=" << T;
+      for (const auto& [gate_up, down] : runs) {
+        runner.fp8_gate_up_launch = gate_up;
+        runner.fp8_down_launch = down;
+        const std::string where = fmt::format("E={} H={} I={} T={} gate_up {} down {}", c.E, c.H, c.I, T,
+                                              gate_up ? cuda::to_string(*gate_up) : "planned",
+                                              down ? cuda::to_string(*down) : "planned");
+        Tensor out = poisoned(gpu, DType::BF16, {T, c.H});
+        gpu.moe_experts(xd, ids_d, w_d, dev, out);
+        Tensor got = gpu.to_host(out);
+        // The SiLU output, summed in another order, crosses an e4m3 rounding step now and then before
+        // down; then the BF16 output. Measured 2.4e-3 at worst.
+        double err = rel_l2(got, want);
+        EXPECT_LE(err, 1e-2) << where;
+        worst = std::max(worst, err);
+        ++launches;
+        if (gate_up || down) continue;
+        Tensor again = poisoned(gpu, DType::BF16, {T, c.H});
+        gpu.moe_experts(xd, ids_d, w_d, dev, again);
+        Tensor got2 = gpu.to_host(again);
+        EXPECT_EQ(std::memcmp(got.raw(), got2.raw(), got.nbytes()), 0) << "deterministic: " << where;
+      }
     }
+  }
+  runner.fp8_gate_up_launch = runner.fp8_down_launch = std::nullopt;
+  std::printf("%lld FP8 MoE launches checked\n", (long long)launches);
+}
+
+// A launch a product cannot take is refused with its reason, not run.
+TEST_F(Moe, Fp8LaunchOutsideTheKernelsIsRefused) {
+  cuda::MoeFp8GemmParams p{};
+  p.N = 512, p.K = 7168, p.n_split = 256, p.lda = 7168, p.ld_a_scale = 56, p.ld_w_scale = 56, p.num_experts = 8;
+  p.ldc = 512, p.c_f32 = true;
+  EXPECT_TRUE(cuda::moe_grouped_gemm_fp8_fits(p));
+  for (cuda::MoeFp8Launch bad : {cuda::MoeFp8Launch{cuda::MoeFp8Launch::Kernel::Wgmma, 48, 1, 1},
+                                 cuda::MoeFp8Launch{cuda::MoeFp8Launch::Kernel::MmaSync, 16, 1, 1},
+                                 cuda::MoeFp8Launch{cuda::MoeFp8Launch::Kernel::Wgmma, 16, 57, 1}}) {
+    p.launch = bad;
+    EXPECT_FALSE(cuda::moe_grouped_gemm_fp8_fits(p)) << cuda::to_string(bad);
   }
 }
 

@@ -1,5 +1,5 @@
-// The tuned FP8 GEMM table: nearest-token lookup, the file's round trip, clear errors for bad
-// files, where the folder is looked for, and what the CPU backend and the CLI do with tuning.
+// The tuned FP8 GEMM and FP8 MoE tables: nearest-count lookup, the files' round trip, clear errors
+// for bad files, where the folder is looked for, and what the CPU backend and the CLI do with tuning.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "kernels/gemm_tuning.h"
+#include "kernels/moe_tuning.h"
 #include "kernels/ops.h"
 #include "test_paths.h"
 
@@ -75,7 +76,7 @@ TEST(Fp8GemmTuning, BadFilesGetErrorsNamingTheFault) {
   const std::string head = R"({"kernel": "fp8_w8a8_block128", "shapes": )";
   EXPECT_NE(from(R"({"kernel": "other", "shapes": {}})").find("\"kernel\" must be"), std::string::npos);
   EXPECT_NE(from((head + R"({"N=1,K": {}}})").c_str()).find("shape key \"N=1,K\""), std::string::npos);
-  EXPECT_NE(from((head + R"({"N=128,K=128": {"x": {"kernel": "cublaslt"}}}})").c_str()).find("token count \"x\""),
+  EXPECT_NE(from((head + R"({"N=128,K=128": {"x": {"kernel": "cublaslt"}}}})").c_str()).find("count \"x\""),
             std::string::npos);
   EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "magic"}}}})").c_str()).find("unknown kernel \"magic\""),
             std::string::npos);
@@ -121,6 +122,84 @@ TEST(Fp8GemmTuning, TuneCommandOnTheCpuIsRefusedClearly) {
   while (fgets(buf, sizeof buf, p)) out += buf;
   EXPECT_NE(pclose(p), 0);
   EXPECT_NE(out.find("no kernels to tune"), std::string::npos) << out;
+}
+
+MoeGemmChoice wgmma(int rows, int k_splits, int n_tiles) {
+  return {MoeGemmChoice::Kernel::Wgmma, rows, k_splits, n_tiles, 0.05};
+}
+
+TEST(MoeTuning, FindsTheNearestRowCountOfTheSameProduct) {
+  MoeTuning t;
+  t.set(257, 512, 7168, 9, wgmma(16, 8, 1));
+  t.set(257, 512, 7168, 288, wgmma(16, 1, 1));
+  t.set(257, 7168, 256, 9, wgmma(16, 1, 8));
+  EXPECT_EQ(t.find(257, 512, 7168, 9), wgmma(16, 8, 1));
+  EXPECT_EQ(t.find(257, 512, 7168, 100), wgmma(16, 8, 1));
+  EXPECT_EQ(t.find(257, 512, 7168, 200), wgmma(16, 1, 1));
+  EXPECT_EQ(t.find(257, 7168, 256, 9), wgmma(16, 1, 8)) << "down is its own product";
+  EXPECT_FALSE(t.find(256, 512, 7168, 9)) << "other experts: another layer";
+  EXPECT_FALSE(t.find(257, 512, 7168, 433)) << "far past what was tuned";
+}
+
+TEST(MoeTuning, FileRoundTripsAndBadFilesGetErrorsNamingTheFault) {
+  testing::TempDir dir("moe_tuning");
+  MoeTuning t;
+  t.set_device("NVIDIA H200");
+  t.set(257, 512, 7168, 9, wgmma(16, 8, 1));
+  t.set(257, 512, 7168, 4096, {MoeGemmChoice::Kernel::MmaSync, 32, 1, 2, 0.4});
+  EXPECT_EQ(MoeTuning::file_name("NVIDIA H200"), "moe_fp8_NVIDIA_H200.json");
+  const std::string path = dir.file(MoeTuning::file_name(t.device()));
+  t.save(path);
+  MoeTuning back = MoeTuning::load(path);
+  EXPECT_EQ(back.device(), "NVIDIA H200");
+  EXPECT_EQ(back.to_json(), t.to_json());
+  EXPECT_EQ(back.find(257, 512, 7168, 4096), (MoeGemmChoice{MoeGemmChoice::Kernel::MmaSync, 32, 1, 2}));
+
+  auto from = [](const std::string& text) {
+    return error_of([&] { MoeTuning::from_json(nlohmann::json::parse(text), "m.json"); });
+  };
+  const std::string head = R"({"kernel": "moe_fp8_w8a8_block128", "shapes": )";
+  EXPECT_NE(from(R"({"kernel": "fp8_w8a8_block128", "shapes": {}})").find("\"kernel\" must be"), std::string::npos);
+  EXPECT_NE(from(head + R"({"N=1,K=2": {}}})").find("shape key \"N=1,K=2\""), std::string::npos);
+  const std::string shape = head + R"({"E=8,N=256,K=256": {"1": )";
+  EXPECT_NE(from(shape + R"({"kernel": "triton", "tile_rows": 16, "k_splits": 1, "n_tiles": 1}}}})")
+                .find("unknown kernel \"triton\""),
+            std::string::npos);
+  EXPECT_NE(from(shape + R"({"kernel": "wgmma", "tile_rows": 48, "k_splits": 1, "n_tiles": 1}}}})")
+                .find("tile_rows 48"),
+            std::string::npos);
+  EXPECT_NE(from(shape + R"({"kernel": "mma", "tile_rows": 16, "k_splits": 1, "n_tiles": 1}}}})")
+                .find("tile_rows 16"),
+            std::string::npos);
+  EXPECT_NE(from(shape + R"({"kernel": "wgmma", "tile_rows": 16, "n_tiles": 1}}}})").find("\"k_splits\" must be"),
+            std::string::npos);
+  EXPECT_NE(from(shape + R"({"kernel": "wgmma", "tile_rows": 16, "k_splits": 0, "n_tiles": 1}}}})")
+                .find("k_splits 0"),
+            std::string::npos);
+  EXPECT_NE(from(head + R"({"E=8,N=256,K=256": {"0": {"kernel": "wgmma", "tile_rows": 16, "k_splits": 1, )"
+                         R"("n_tiles": 1}}}})")
+                .find("count \"0\""),
+            std::string::npos);
+}
+
+TEST(MoeTuning, TuneMoeOnTheCpuIsRefusedClearly) {
+  auto cpu = make_cpu_backend();
+  EXPECT_NE(error_of([&] { cpu->tune_moe({}, [](const std::string&) {}); }).find("--device cuda"), std::string::npos);
+  const std::string cmd = testing::mlaserve_binary() + " tune-moe --device cpu --model deepseek-v2-lite 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  EXPECT_NE(pclose(p), 0);
+  EXPECT_NE(out.find("no kernels to tune"), std::string::npos) << out;
+  const std::string bad_tp = testing::mlaserve_binary() + " tune-moe --device cpu --model deepseek-v2-lite --tp-size 3 2>&1";
+  p = popen(bad_tp.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  out.clear();
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  EXPECT_NE(pclose(p), 0);
+  EXPECT_NE(out.find("--tp-size 3"), std::string::npos) << out;
 }
 
 }  // namespace

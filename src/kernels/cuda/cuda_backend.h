@@ -73,6 +73,9 @@ class CudaBackend final : public Backend {
   void linear_w8a8_skinny(const Tensor& x, const LinearWeight& w, Tensor& out, const SkinnyFp8Config& c);
   void linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out);
   std::string device_name() const override;
+  void set_moe_tuning(MoeTuning tuning) override;                                     // cuda_backend_moe.cc
+  MoeTuning tune_moe(const std::vector<MoeTuneCase>& cases,
+                     const std::function<void(const std::string&)>& progress) override;  // cuda_backend_tune_moe.cc
   void set_fp8_gemm_tuning(Fp8GemmTuning tuning) override { fp8_tuning_ = std::move(tuning); }
   // cuda_backend_tune.cc
   Fp8GemmTuning tune_fp8_gemm(const std::vector<std::pair<int64_t, int64_t>>& shapes,
@@ -117,6 +120,7 @@ class CudaBackend final : public Backend {
   int64_t max_moe_experts() const override;
   // The routed experts' runner (tests and benchmarks choose its paths).
   MoeRunner& moe_runner();
+  int num_sms() const { return num_sms_; }
   // Scores (tokens x experts) from which moe_route runs a warp a token rather than a block (tests
   // and benchmarks set it).
   int64_t route_warp_per_token_from_scores = kRouteWarpPerTokenFromScores;

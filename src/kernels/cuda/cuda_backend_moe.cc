@@ -95,6 +95,10 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
 
 int64_t CudaBackend::max_moe_experts() const { return kMoeMaxExperts; }
 
+void CudaBackend::set_moe_tuning(MoeTuning tuning) {
+  moe_runner().tuning = std::make_shared<const MoeTuning>(std::move(tuning));
+}
+
 MoeRunner& CudaBackend::moe_runner() {
   if (!moe_) moe_ = std::make_shared<MoeRunner>();
   return *moe_;

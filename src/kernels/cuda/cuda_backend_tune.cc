@@ -1,9 +1,15 @@
-// tune-fp8-gemm on CUDA: every launch of the FP8 W8A8 linear timed per weight shape and token
-// count, each checked against cuBLASLt's product first, the fastest kept.
+// The tuners on CUDA. tune-fp8-gemm: every launch of the FP8 W8A8 linear timed per weight shape
+// and token count, each checked against cuBLASLt's product first, the fastest kept. tune-moe: every
+// launch of the FP8 MoE's two grouped GEMMs, timed in the whole layer, each checked against the
+// planned launches' output.
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/event_timer.h"
+#include "kernels/cuda/moe_experts.h"
 
 namespace mlaserve::cuda {
 
@@ -22,6 +28,35 @@ double rel_l2(const Tensor& a, const Tensor& b) {
 
 // Both kernels compute the same W8A8 math in fp32, in other orders: far below this.
 constexpr double kAgreement = 1e-3;
+
+// Launches of a MoE layer differ in the order of the fp32 sums, which moves an e4m3 rounding of the
+// SiLU output now and then (the GPU test measured 2.4e-3 against the CPU at worst): a broken
+// launch lies far above this.
+constexpr double kMoeAgreement = 1e-2;
+
+// ids [T, pairs] on the host: per token, top_k distinct routed experts drawn uniformly, then (with
+// route_shared) the shared experts.
+Tensor even_routing(const MoeTuneCase& c, uint64_t seed) {
+  const int64_t k = c.pairs_per_token();
+  Tensor ids = Tensor::empty(DType::I32, {c.tokens, k});
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> routed(size_t(c.routed));
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    std::iota(routed.begin(), routed.end(), 0);
+    int32_t* row = ids.data<int32_t>() + t * k;
+    for (int64_t j = 0; j < c.top_k; ++j) {
+      std::swap(routed[size_t(j)], routed[size_t(j + int64_t(rng() % uint64_t(c.routed - j)))]);
+      row[j] = routed[size_t(j)];
+    }
+    for (int64_t j = c.top_k; j < k; ++j) row[j] = int32_t(c.routed + j - c.top_k);
+  }
+  return ids;
+}
+
+MoeGemmChoice to_choice(const MoeFp8Launch& l, double ms) {
+  return {l.kernel == MoeFp8Launch::Kernel::Wgmma ? MoeGemmChoice::Kernel::Wgmma : MoeGemmChoice::Kernel::MmaSync,
+          l.tile_rows, l.k_splits, l.n_tiles_per_block, ms};
+}
 
 }  // namespace
 
@@ -78,6 +113,114 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
       }
       out.set(N, K, T, best);
     }
+  }
+  return out;
+}
+
+}  // namespace mlaserve::cuda
+
+namespace mlaserve::cuda {
+
+MoeTuning CudaBackend::tune_moe(const std::vector<MoeTuneCase>& cases,
+                                const std::function<void(const std::string&)>& progress) {
+  MoeTuning out;
+  out.set_device(device_name());
+  MoeRunner& moe = moe_runner();
+  // The runner's table and forced launches are set aside while tuning, and put back after.
+  struct Restore {
+    MoeRunner& moe;
+    std::shared_ptr<const MoeTuning> tuning = moe.tuning;
+    std::optional<MoeFp8Launch> gate_up = moe.fp8_gate_up_launch, down = moe.fp8_down_launch;
+    ~Restore() { moe.tuning = tuning, moe.fp8_gate_up_launch = gate_up, moe.fp8_down_launch = down; }
+  } restore{moe};
+  moe.tuning = nullptr;
+
+  std::vector<GatedMlpWeights> experts;
+  std::array<int64_t, 3> made{};  // E, H, I of `experts`
+  uint64_t seed = 1;
+  auto random_fp8 = [&](int64_t rows, int64_t cols) {
+    Tensor b = empty(DType::BF16, {rows, cols});
+    LinearWeight w;
+    MLA_CHECK(fill_normal(b, seed++, 0.0f, 1.0f / std::sqrt(float(cols))) && quantize_fp8_blocks(b, 128, 128, w),
+              "tune-moe: cannot make a random FP8 expert");
+    return w;
+  };
+  for (const MoeTuneCase& c : cases) {
+    const int64_t E = c.experts(), H = c.hidden, I = c.inter, T = c.tokens, k = c.pairs_per_token(), P = T * k;
+    MLA_CHECK(c.routed > 0 && c.shared >= 0 && E <= kMoeMaxExperts && H % 128 == 0 && I % 128 == 0 && H > 0 &&
+                  I > 0 && T > 0 && c.top_k > 0 && c.top_k <= c.routed,
+              "tune-moe: {} routed + {} shared experts of {} x {}, {} tokens of top-{}: not a shape the FP8 MoE "
+              "takes (hidden and inter multiples of 128, at most {} experts)",
+              c.routed, c.shared, I, H, T, c.top_k, kMoeMaxExperts);
+    if (made != std::array<int64_t, 3>{E, H, I}) {
+      experts.clear();
+      for (int64_t e = 0; e < E; ++e) experts.push_back({random_fp8(I, H), random_fp8(I, H), random_fp8(H, I)});
+      made = {E, H, I};
+    }
+    // Routings to rotate among, so that a small batch does not find its experts in L2.
+    const int n_sets = 4;
+    Tensor x = empty(DType::BF16, {T, H}), y = empty(DType::BF16, {T, H});
+    MLA_CHECK(fill_normal(x, seed++, 0.0f, 1.0f), "tune-moe: cannot fill the activations");
+    Tensor w_host = Tensor::empty(DType::F32, {T, k});
+    for (int64_t i = 0; i < T * k; ++i) w_host.data<float>()[i] = 1.0f / float(k);
+    const Tensor w = to_device(w_host);
+    std::vector<Tensor> ids;
+    for (int s = 0; s < n_sets; ++s) ids.push_back(to_device(even_routing(c, seed++)));
+
+    moe.fp8_gate_up_launch = moe.fp8_down_launch = std::nullopt;
+    moe_experts(x, ids[0], w, experts, y);
+    const Tensor want = to_host(y).to_f32();
+    // The whole layer (quantization, align, both GEMMs, SiLU, combine) over the n_sets routings,
+    // as a CUDA graph replays it: ms a layer.
+    auto time_layer = [&](const std::string& what) -> double {
+      moe_experts(x, ids[0], w, experts, y);
+      const double err = rel_l2(to_host(y).to_f32(), want);
+      if (!(err <= kMoeAgreement)) {
+        progress(fmt::format("E={} T={}: {} differs from the planned launches by {:.2e}: skipped", E, T, what, err));
+        return INFINITY;
+      }
+      std::unique_ptr<BackendGraph> graph = capture([&] {
+        for (int s = 0; s < n_sets; ++s) moe_experts(x, ids[size_t(s)], w, experts, y);
+      });
+      const double ms = median_ms(stream_, [&](int) { graph->replay(); }, P >= 8192 ? 10 : 30, 3) / n_sets;
+      progress(fmt::format("E={} T={}: {} {:.4f} ms", E, T, what, ms));
+      return ms;
+    };
+    // Candidates: tiles no taller than 4x the rows an expert averages (taller ones compute empty
+    // rows), K splits only while the blocks do not oversubscribe the device 8 times over.
+    const int64_t avg = (P + std::min(P, E) - 1) / std::min(P, E);
+    auto candidates = [&](int64_t N, int64_t K, bool allow_k_splits) {
+      MoeFp8GemmParams shape{};
+      shape.N = int32_t(N), shape.K = int32_t(K);
+      std::vector<MoeFp8Launch> keep;
+      for (const MoeFp8Launch& l : moe_grouped_gemm_fp8_launches(shape, allow_k_splits)) {
+        const int64_t row_tiles = std::max((P + l.tile_rows - 1) / l.tile_rows, std::min(P, E));
+        const int64_t blocks = (N / 128 + l.n_tiles_per_block - 1) / l.n_tiles_per_block * row_tiles * l.k_splits;
+        if (l.tile_rows > 16 && l.tile_rows > 4 * avg) continue;
+        if (l.k_splits > 1 && blocks > 16 * int64_t(num_sms_)) continue;
+        keep.push_back(l);
+      }
+      return keep;
+    };
+    MoeFp8Launch best_gu;
+    double best_gu_ms = INFINITY;
+    for (const MoeFp8Launch& l : candidates(2 * I, H, true)) {
+      moe.fp8_gate_up_launch = l;
+      const double ms = time_layer("gate_up " + to_string(l));
+      if (ms < best_gu_ms) best_gu = l, best_gu_ms = ms;
+    }
+    MLA_CHECK(std::isfinite(best_gu_ms), "tune-moe: E={} T={}: no gate_up launch agreed with the planned one", E, T);
+    moe.fp8_gate_up_launch = best_gu;
+    MoeFp8Launch best_down = best_gu;
+    double best_down_ms = INFINITY;
+    for (const MoeFp8Launch& l : candidates(H, I, false)) {
+      moe.fp8_down_launch = l;
+      const double ms = time_layer("down " + to_string(l));
+      if (ms < best_down_ms) best_down = l, best_down_ms = ms;
+    }
+    MLA_CHECK(std::isfinite(best_down_ms), "tune-moe: E={} T={}: no down launch agreed with the planned one", E, T);
+    out.set(E, 2 * I, H, P, to_choice(best_gu, best_gu_ms));
+    out.set(E, H, I, P, to_choice(best_down, best_down_ms));
   }
   return out;
 }

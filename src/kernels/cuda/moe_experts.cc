@@ -11,6 +11,7 @@
 #include "kernels/cuda/growing_buffer.h"
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_grouped_gemm_fp8.h"
+#include "kernels/moe_tuning.h"
 
 namespace mlaserve::cuda {
 
@@ -158,24 +159,36 @@ void MoeRunner::run_fp8(const Experts& ex, const void* const* dptr, int32_t E, c
   MoeFp8GemmParams gate_up{.a = xq, .a_scale = x_scale, .lda = H, .ld_a_scale = GH, .a_rows = sorted,
                            .a_rows_div = k, .offsets = offsets, .w = dptr, .w_scale = scales, .w_hi = dptr + E,
                            .w_hi_scale = scales + E, .ld_w_scale = ex.gate_up_scale_ld, .c = nullptr,
-                           .ldc = 2 * int64_t(I), .split_stride = int64_t(P) * 2 * I, .c_f32 = true, .k_splits = 1,
-                           .n_tiles_per_block = 1, .max_rows = P, .num_experts = E, .N = 2 * I, .K = H, .n_split = I};
-  plan_moe_grouped_gemm_fp8(gate_up, st_->num_sms, /*allow_k_splits=*/true);
-  gate_up.c = st_->gu.ensure(size_t(gate_up.k_splits) * gate_up.split_stride * 4);
+                           .ldc = 2 * int64_t(I), .split_stride = int64_t(P) * 2 * I, .c_f32 = true, .launch = {},
+                           .max_rows = P, .num_experts = E, .N = 2 * I, .K = H, .n_split = I};
+  gate_up.launch = fp8_launch(gate_up, fp8_gate_up_launch, /*allow_k_splits=*/true);
+  gate_up.c = st_->gu.ensure(size_t(gate_up.launch.k_splits) * gate_up.split_stride * 4);
   auto act = st_->act.ensure(size_t(P) * I);
   auto act_scale = static_cast<float*>(st_->act_scale.ensure(size_t(P) * GI * 4));
   MoeFp8GemmParams down{.a = act, .a_scale = act_scale, .lda = I, .ld_a_scale = GI, .a_rows = nullptr,
                         .a_rows_div = 1, .offsets = offsets, .w = dptr + 2 * E, .w_scale = scales + 2 * E,
                         .w_hi = nullptr, .w_hi_scale = nullptr, .ld_w_scale = ex.down_scale_ld,
                         .c = st_->y.ensure(size_t(P) * H * 2), .ldc = H, .split_stride = 0, .c_f32 = false,
-                        .k_splits = 1, .n_tiles_per_block = 1, .max_rows = P, .num_experts = E, .N = H, .K = I,
-                        .n_split = H};
-  plan_moe_grouped_gemm_fp8(down, st_->num_sms, /*allow_k_splits=*/false);
+                        .launch = {}, .max_rows = P, .num_experts = E, .N = H, .K = I, .n_split = H};
+  down.launch = fp8_launch(down, fp8_down_launch, /*allow_k_splits=*/false);
   launch_moe_grouped_gemm_fp8(gate_up, stream);
-  launch_moe_silu_mul_quant(static_cast<const float*>(gate_up.c), gate_up.split_stride, gate_up.k_splits, I,
+  launch_moe_silu_mul_quant(static_cast<const float*>(gate_up.c), gate_up.split_stride, gate_up.launch.k_splits, I,
                             offsets + E, P, act, act_scale, stream);
   launch_moe_grouped_gemm_fp8(down, stream);
   launch_moe_combine(down.c, false, pos, weights, w_ld, T, k, H, out, out_ld, stream);
+}
+
+MoeFp8Launch MoeRunner::fp8_launch(const MoeFp8GemmParams& p, const std::optional<MoeFp8Launch>& forced,
+                                    bool allow_k_splits) const {
+  if (forced) return *forced;
+  if (std::optional<MoeGemmChoice> c = tuning ? tuning->find(p.num_experts, p.N, p.K, p.max_rows) : std::nullopt) {
+    MoeFp8GemmParams tuned = p;
+    tuned.launch = {c->kernel == MoeGemmChoice::Kernel::Wgmma ? MoeFp8Launch::Kernel::Wgmma
+                                                              : MoeFp8Launch::Kernel::MmaSync,
+                    c->tile_rows, c->k_splits, c->n_tiles};
+    if ((allow_k_splits || c->k_splits == 1) && moe_grouped_gemm_fp8_fits(tuned)) return tuned.launch;
+  }
+  return plan_moe_grouped_gemm_fp8(p, st_->num_sms, allow_k_splits);
 }
 
 bool MoeRunner::knows(const Experts& ex, int32_t H, int32_t I) const {

@@ -211,8 +211,11 @@ __global__ void __launch_bounds__(kThreads) down_kernel(MoeDecodeParams p) {
 // Stable counting sort of the pairs by expert, in one block. Warp w owns a contiguous run of the
 // pairs: it counts its experts (__match_any_sync groups a step's equal experts), one scan over
 // (expert, warp) turns the counts into each warp's first position per expert, then each warp walks
-// its run again in order, placing every pair after the earlier ones of its expert.
+// its run again in order, placing every pair after the earlier ones of its expert. The ids of
+// kAlignBatch steps load together: one block is latency-bound, and a load a step made it so
+// (13.6 us at 4096 pairs, 84 at 32768, H200).
 constexpr int kAlignThreads = 512, kAlignWarps = kAlignThreads / 32;  // counts: 32 KB of shared memory
+constexpr int kAlignBatch = 8;
 static_assert(kAlignThreads >= kMaxExperts, "one expert a thread in the scan");
 __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids, int P, int E, int32_t* offsets,
                                                               int32_t* sorted, int32_t* pos) {
@@ -224,12 +227,25 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids
   __syncthreads();
   const int run = (P + kAlignThreads - 1) / kAlignThreads * 32;  // pairs a warp, whole steps of 32
   const int begin = min(P, warp * run), end = min(P, begin + run);
-  for (int p0 = begin; p0 < end; p0 += 32) {
-    int p = p0 + lane, e = p < end ? ids[p] : -1;
-    bool valid = e >= 0 && e < E;
-    unsigned peers = __match_any_sync(kFull, valid ? e : -1);
-    if (valid && __popc(peers & ((1u << lane) - 1)) == 0) s_wc[warp][e] += __popc(peers);
-    __syncwarp();
+  // The ids of kAlignBatch steps from p0 on (-1 past the run).
+  auto load_batch = [&](int p0, int (&e)[kAlignBatch]) {
+#pragma unroll
+    for (int b = 0; b < kAlignBatch; ++b) {
+      const int p = p0 + 32 * b + lane;
+      e[b] = p < end ? ids[p] : -1;
+    }
+  };
+  for (int p0 = begin; p0 < end; p0 += 32 * kAlignBatch) {
+    int eb[kAlignBatch];
+    load_batch(p0, eb);
+#pragma unroll
+    for (int b = 0; b < kAlignBatch; ++b) {
+      const int e = eb[b];
+      bool valid = e >= 0 && e < E;
+      unsigned peers = __match_any_sync(kFull, valid ? e : -1);
+      if (valid && __popc(peers & ((1u << lane) - 1)) == 0) s_wc[warp][e] += __popc(peers);
+      __syncwarp();
+    }
   }
   __syncthreads();
   // Thread e: expert e's total, the exclusive scan of the totals over experts (shuffles within a
@@ -259,18 +275,23 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids
     }
   }
   __syncthreads();
-  for (int p0 = begin; p0 < end; p0 += 32) {
-    int p = p0 + lane, ex = p < end ? ids[p] : -1;
-    bool valid = ex >= 0 && ex < E;
-    unsigned peers = __match_any_sync(kFull, valid ? ex : -1);
-    int lower = __popc(peers & ((1u << lane) - 1));
-    int q = valid ? s_wc[warp][ex] + lower : -1;
-    __syncwarp();
-    if (valid && lower == 0) s_wc[warp][ex] += __popc(peers);
-    __syncwarp();
-    if (p < end) {
-      if (valid) sorted[q] = p;
-      pos[p] = q;
+  for (int p0 = begin; p0 < end; p0 += 32 * kAlignBatch) {
+    int eb[kAlignBatch];
+    load_batch(p0, eb);
+#pragma unroll
+    for (int b = 0; b < kAlignBatch; ++b) {
+      const int p = p0 + 32 * b + lane, ex = eb[b];
+      bool valid = ex >= 0 && ex < E;
+      unsigned peers = __match_any_sync(kFull, valid ? ex : -1);
+      int lower = __popc(peers & ((1u << lane) - 1));
+      int q = valid ? s_wc[warp][ex] + lower : -1;
+      __syncwarp();
+      if (valid && lower == 0) s_wc[warp][ex] += __popc(peers);
+      __syncwarp();
+      if (p < end) {
+        if (valid) sorted[q] = p;
+        pos[p] = q;
+      }
     }
   }
 }

@@ -20,7 +20,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
+
+#include "kernels/cuda/moe_grouped_gemm_fp8.h"
+
+namespace mlaserve {
+class MoeTuning;
+}
 
 namespace mlaserve::cuda {
 
@@ -100,6 +107,11 @@ class MoeRunner {
   // path remains for shapes it does not take.
   bool grouped_gemm = true;
   int num_streams = 4;         // prefill: experts' GEMMs spread over this many streams
+  // FP8 experts: the launches tune-moe measured (kernels/moe_tuning.h), keyed by the experts, the
+  // GEMM's N and K and its rows (token-expert pairs); products it lacks run the planned launch
+  // (plan_moe_grouped_gemm_fp8). A forced launch overrides both (tests, the tuner).
+  std::shared_ptr<const MoeTuning> tuning;  // null: nothing tuned
+  std::optional<MoeFp8Launch> fp8_gate_up_launch, fp8_down_launch;
 
  private:
   // The prefill path through the grouped GEMM (after the align); false if the shapes do not fit it.
@@ -112,6 +124,10 @@ class MoeRunner {
   void run_fp8(const Experts& ex, const void* const* dptr, int32_t E, const void* x, int64_t x_ld, const float* weights, int64_t w_ld,
                int32_t T, int32_t k, int32_t H, int32_t I, const int32_t* offsets, const int32_t* sorted,
                const int32_t* pos, void* out, int64_t out_ld, cudaStream_t stream);
+
+  // The launch of one FP8 product: forced, else tuned (when it fits p), else planned.
+  MoeFp8Launch fp8_launch(const MoeFp8GemmParams& p, const std::optional<MoeFp8Launch>& forced,
+                          bool allow_k_splits) const;
 
   struct State;
   std::unique_ptr<State> st_;

@@ -48,11 +48,11 @@ __global__ void __launch_bounds__(kThreads, 2) moe_grouped_gemm_fp8_kernel(MoeFp
   int expert, row0, row_end;
   if (!moe_tiles::find_tile<kBM, kThreads>(p.offsets, p.num_experts, int(blockIdx.y), expert, row0, row_end)) return;
   const int KB = p.K / kBK;
-  const int kb_begin = int(blockIdx.z) * KB / p.k_splits, kb_end = (int(blockIdx.z) + 1) * KB / p.k_splits;
+  const int kb_begin = int(blockIdx.z) * KB / p.launch.k_splits, kb_end = (int(blockIdx.z) + 1) * KB / p.launch.k_splits;
   const int k_tiles = kb_end - kb_begin;
   // This block's column tiles: n_tile_first and the ones after it, each over the block's K range.
-  const int n_tile_first = int(blockIdx.x) * p.n_tiles_per_block;
-  const int n_tiles = min(p.n_tiles_per_block, p.N / kBN - n_tile_first), steps = n_tiles * k_tiles;
+  const int n_tile_first = int(blockIdx.x) * p.launch.n_tiles_per_block;
+  const int n_tiles = min(p.launch.n_tiles_per_block, p.N / kBN - n_tile_first), steps = n_tiles * k_tiles;
   const uint8_t* w_lo = static_cast<const uint8_t*>(p.w[expert]);
   const uint8_t* w_hi = p.w_hi ? static_cast<const uint8_t*>(p.w_hi[expert]) : nullptr;
   const float* s_lo = p.w_scale[expert];
@@ -211,39 +211,66 @@ void launch_tiles(const MoeFp8GemmParams& p, cudaStream_t stream) {
                                     int(kSmemBytes)));
     configured = true;
   }
-  dim3 grid(unsigned((p.N / kBN + p.n_tiles_per_block - 1) / p.n_tiles_per_block),
-            unsigned(moe_tiles::max_row_tiles(p.max_rows, p.num_experts, kBM)), unsigned(p.k_splits));
+  dim3 grid(unsigned((p.N / kBN + p.launch.n_tiles_per_block - 1) / p.launch.n_tiles_per_block),
+            unsigned(moe_tiles::max_row_tiles(p.max_rows, p.num_experts, kBM)), unsigned(p.launch.k_splits));
   launch_pdl(moe_grouped_gemm_fp8_kernel<kF32Out>, grid, kThreads, kSmemBytes, stream, p);
 }
 
 }  // namespace
 
-bool moe_grouped_gemm_fp8_fits(const MoeFp8GemmParams& p) {
-  return p.N % kBN == 0 && p.K % kBK == 0 && p.n_split % kBN == 0 && p.n_split > 0 && p.lda > 0 && p.lda % 16 == 0 &&
-         p.ld_a_scale > 0 && p.ld_w_scale >= p.K / kBK && reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
-         p.ldc % 2 == 0 && p.num_experts > 0 && p.num_experts <= kMoeGroupedMaxExperts && p.k_splits >= 1 &&
-         p.k_splits <= p.K / kBK && (p.k_splits == 1 || p.c_f32) && p.n_tiles_per_block >= 1 &&
-         (p.a_rows == nullptr || p.a_rows_div > 0);
+std::string to_string(const MoeFp8Launch& l) {
+  return fmt::format("{} rows={} k_splits={} n_tiles={}", l.kernel == MoeFp8Launch::Kernel::Wgmma ? "wgmma" : "mma",
+                     l.tile_rows, l.k_splits, l.n_tiles_per_block);
 }
 
-void plan_moe_grouped_gemm_fp8(MoeFp8GemmParams& p, int num_sms, bool allow_k_splits) {
+bool moe_grouped_gemm_fp8_fits(const MoeFp8GemmParams& p) {
+  const MoeFp8Launch& l = p.launch;
+  const bool tile_ok = l.kernel == MoeFp8Launch::Kernel::MmaSync
+                           ? l.tile_rows == kBM
+                           : l.tile_rows == 16 || l.tile_rows == 32 || l.tile_rows == 64 || l.tile_rows == 128;
+  return tile_ok && p.N % kBN == 0 && p.K % kBK == 0 && p.n_split % kBN == 0 && p.n_split > 0 && p.lda > 0 &&
+         p.lda % 16 == 0 && p.ld_a_scale > 0 && p.ld_w_scale >= p.K / kBK &&
+         reinterpret_cast<uintptr_t>(p.a) % 16 == 0 && p.ldc % 2 == 0 && p.num_experts > 0 &&
+         p.num_experts <= kMoeGroupedMaxExperts && l.k_splits >= 1 && l.k_splits <= p.K / kBK &&
+         (l.k_splits == 1 || p.c_f32) && l.n_tiles_per_block >= 1 && (p.a_rows == nullptr || p.a_rows_div > 0);
+}
+
+MoeFp8Launch plan_moe_grouped_gemm_fp8(const MoeFp8GemmParams& p, int num_sms, bool allow_k_splits) {
+  MoeFp8Launch l;
+  const int64_t rows = std::max<int64_t>(1, p.max_rows);
+  const int64_t avg = (rows + std::min<int64_t>(p.num_experts, rows) - 1) / std::min<int64_t>(p.num_experts, rows);
+  l.tile_rows = avg <= 8 ? 16 : avg <= 24 ? 32 : avg <= 48 ? 64 : 128;
   const int64_t col_tiles = p.N / kBN,
-                tiles = std::max<int64_t>(1, col_tiles * moe_tiles::max_row_tiles(p.max_rows, p.num_experts, kBM));
-  const int64_t want_blocks = 2 * int64_t(num_sms), k_blocks = p.K / kBK;
-  p.k_splits = 1;
+                tiles = std::max<int64_t>(1, col_tiles * moe_tiles::max_row_tiles(rows, p.num_experts, l.tile_rows));
+  const int64_t want_blocks = (l.tile_rows <= 32 ? 2 : 1) * int64_t(num_sms), k_blocks = p.K / kBK;
   if (allow_k_splits && tiles < want_blocks)
-    p.k_splits = int32_t(std::max<int64_t>(1, std::min((want_blocks + tiles - 1) / tiles, k_blocks / 4)));
-  const int64_t steps = k_blocks / p.k_splits;
-  p.n_tiles_per_block =
+    l.k_splits = int32_t(std::max<int64_t>(1, std::min((want_blocks + tiles - 1) / tiles, k_blocks / 4)));
+  const int64_t steps = k_blocks / l.k_splits;
+  l.n_tiles_per_block =
       int32_t(std::clamp<int64_t>(std::min((16 + steps - 1) / steps, tiles / want_blocks), 1, col_tiles));
+  return l;
+}
+
+std::vector<MoeFp8Launch> moe_grouped_gemm_fp8_launches(const MoeFp8GemmParams& p, bool allow_k_splits) {
+  std::vector<MoeFp8Launch> out;
+  const int32_t k_blocks = p.K / kBK, col_tiles = p.N / kBN;
+  for (int32_t rows : {16, 32, 64, 128, 0})  // 0: the mma.sync kernel
+    for (int32_t splits : {1, 2, 3, 4, 6, 8, 12, 16})
+      for (int32_t n_tiles : {1, 2, 4, 8}) {
+        if ((splits > 1 && !allow_k_splits) || splits > k_blocks || (n_tiles > 1 && n_tiles > col_tiles)) continue;
+        out.push_back(
+            {rows ? MoeFp8Launch::Kernel::Wgmma : MoeFp8Launch::Kernel::MmaSync, rows ? rows : kBM, splits, n_tiles});
+      }
+  return out;
 }
 
 void launch_moe_grouped_gemm_fp8(const MoeFp8GemmParams& p, cudaStream_t stream) {
-  MLA_CHECK(moe_grouped_gemm_fp8_fits(p),
-            "moe FP8 grouped GEMM: N={} K={} n_split={} lda={} E={} splits={} outside its limits", p.N, p.K, p.n_split,
-            p.lda, p.num_experts, p.k_splits);
+  MLA_CHECK(moe_grouped_gemm_fp8_fits(p), "moe FP8 grouped GEMM: N={} K={} n_split={} lda={} E={} ({}) outside its limits",
+            p.N, p.K, p.n_split, p.lda, p.num_experts, to_string(p.launch));
   if (p.max_rows <= 0) return;
-  if (p.c_f32)
+  if (p.launch.kernel == MoeFp8Launch::Kernel::Wgmma)
+    launch_moe_grouped_gemm_fp8_wgmma(p, stream);
+  else if (p.c_f32)
     launch_tiles<true>(p, stream);
   else
     launch_tiles<false>(p, stream);

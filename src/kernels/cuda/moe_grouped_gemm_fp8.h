@@ -8,17 +8,38 @@
 // in moe_grouped_gemm.h: W_e comes from `w`, or from `w_hi` for the columns n >= n_split (gate and
 // up as one [2I, K] product).
 //
-// With k_splits > 1 the K-blocks are cut into that many ranges (grid.z) and range z writes its
-// fp32 partial sums to c + z * split_stride: few rows then still spread over the SMs, and the
-// partials are summed in order by the next kernel (launch_moe_silu_mul_quant), so the result does
-// not depend on the schedule.
+// Two kernels compute it: mma.sync over 32-row tiles (moe_grouped_gemm_fp8.cu) and warpgroup MMA
+// over tiles of 16 to 128 rows (moe_grouped_gemm_fp8_wgmma.cu). With k_splits > 1 the K-blocks are
+// cut into that many ranges (grid.z) and range z writes its fp32 partial sums to
+// c + z * split_stride: few rows then still spread over the SMs, and the partials are summed in
+// order by the next kernel (launch_moe_silu_mul_quant), so the result does not depend on the
+// schedule.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace mlaserve::cuda {
+
+// How a product runs: the kernel, the rows of a tile (an expert's rows are cut into tiles; each
+// tile streams the expert's weights once), the K ranges (grid.z) and the 128-column tiles a block
+// runs in turn (so a short K still streams enough bytes a block to pay for finding its rows).
+struct MoeFp8Launch {
+  enum class Kernel : int32_t { MmaSync, Wgmma };
+  Kernel kernel = Kernel::Wgmma;
+  int32_t tile_rows = 16;  // MmaSync: 32; Wgmma: 16, 32, 64 or 128
+  int32_t k_splits = 1;
+  int32_t n_tiles_per_block = 1;
+  bool operator==(const MoeFp8Launch& o) const {  // (nvcc builds this header as C++17: no defaulted ==)
+    return kernel == o.kernel && tile_rows == o.tile_rows && k_splits == o.k_splits &&
+           n_tiles_per_block == o.n_tiles_per_block;
+  }
+};
+// "wgmma rows=16 k_splits=4 n_tiles=1"
+std::string to_string(const MoeFp8Launch& l);
 
 struct MoeFp8GemmParams {
   const void* a;         // e4m3 [., K], row stride lda
@@ -37,24 +58,30 @@ struct MoeFp8GemmParams {
   void* c;  // [rows, ldc]: BF16, or F32 with c_f32 (then + z * split_stride)
   int64_t ldc, split_stride;
   bool c_f32;
-  int32_t k_splits;
-  int32_t n_tiles_per_block;  // 128-column tiles a block runs in turn (grid.x covers N / 128 by these)
-  int32_t max_rows;           // an upper bound of offsets[E] (sizes the grid)
+  MoeFp8Launch launch;
+  int32_t max_rows;  // an upper bound of offsets[E] (sizes the grid)
   int32_t num_experts, N, K, n_split;
 };
 
-// Whether the kernel takes the shapes: N, K and n_split multiples of 128, lda, ld_a_scale and
-// ld_w_scale set,
-// a 16-byte aligned, at most kMoeGroupedMaxExperts experts, K / 128 >= k_splits >= 1, split
-// output only as F32.
+// Whether the kernels take the shapes and p.launch: N, K and n_split multiples of 128, lda,
+// ld_a_scale and ld_w_scale set, a 16-byte aligned, at most kMoeGroupedMaxExperts experts,
+// K / 128 >= k_splits >= 1, split output only as F32, a tile size the kernel has.
 bool moe_grouped_gemm_fp8_fits(const MoeFp8GemmParams& p);
 void launch_moe_grouped_gemm_fp8(const MoeFp8GemmParams& p, cudaStream_t stream);
+// The warpgroup-MMA kernel (launch_moe_grouped_gemm_fp8 calls it for Kernel::Wgmma).
+void launch_moe_grouped_gemm_fp8_wgmma(const MoeFp8GemmParams& p, cudaStream_t stream);
 
-// Sets p.k_splits (with allow_k_splits: enough K ranges that the launch fills the device, two
-// blocks an SM counting the row tiles p.max_rows may need, each range at least 4 K-blocks) and
-// p.n_tiles_per_block (where blocks are many and K short, as the down GEMM's: several column tiles
-// a block, so each block streams at least 16 K-blocks of weights after finding its rows).
-void plan_moe_grouped_gemm_fp8(MoeFp8GemmParams& p, int num_sms, bool allow_k_splits);
+// The launch used where none is tuned. Tiles as tall as the rows an expert averages (p.max_rows over
+// the experts they can touch), at least 16; with allow_k_splits, enough K ranges that the launch
+// fills the device (the blocks an SM the tile size fits, counting the row tiles p.max_rows may
+// need), each range at least 4 K-blocks; where blocks are many and K short, as the down GEMM's,
+// several column tiles a block, so each block streams at least 16 K-blocks of weights after finding
+// its rows.
+MoeFp8Launch plan_moe_grouped_gemm_fp8(const MoeFp8GemmParams& p, int num_sms, bool allow_k_splits);
+
+// Every launch the kernels have for p's shapes (what tune-moe times); k_splits > 1 only with
+// allow_k_splits.
+std::vector<MoeFp8Launch> moe_grouped_gemm_fp8_launches(const MoeFp8GemmParams& p, bool allow_k_splits);
 
 // The activation between the expert GEMMs, quantized for the down GEMM: for rows r < *count,
 //   act[r, n] = e4m3(silu(g) * u / s),  act_scale[r, n / 128] = s = max(amax of the 128, 1e-10) / 448
