@@ -70,8 +70,8 @@ void run(const TuneMoeArgs& a) {
     merged.set(E, 2 * c.inter, c.hidden, P, gu);
     merged.set(E, c.hidden, c.inter, P, down);
     auto what = [](const MoeGemmChoice& g) {
-      return fmt::format("{} rows={} k_splits={} n_tiles={}", g.kernel == MoeGemmChoice::Kernel::Wgmma ? "wgmma" : "mma",
-                         g.tile_rows, g.k_splits, g.n_tiles);
+      const char* kernel = g.kernel == MoeGemmChoice::Kernel::Wgmma ? "wgmma" : "mma";
+      return fmt::format("{} rows={} k_splits={} n_tiles={}", kernel, g.tile_rows, g.k_splits, g.n_tiles);
     };
     std::printf("%-6lld %-6lld %-10lld %-40s %-40s %10.4f\n", (long long)c.tokens, (long long)P, (long long)E,
                 what(gu).c_str(), what(down).c_str(), down.ms);

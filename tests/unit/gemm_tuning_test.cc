@@ -113,14 +113,20 @@ TEST(Fp8GemmTuning, TheCpuBackendHasNothingToTuneAndLoadsNothing) {
   load_tuned_configs(*cpu, "/no/such/folder");  // nothing to load for the CPU: no error
 }
 
-TEST(Fp8GemmTuning, TuneCommandOnTheCpuIsRefusedClearly) {
-  const std::string cmd = testing::mlaserve_binary() + " tune-fp8-gemm --device cpu --shape 256,256 2>&1";
+// What `mlaserve ARGS` prints (stdout and stderr); it must fail.
+std::string failing_command_output(const std::string& args) {
+  const std::string cmd = testing::mlaserve_binary() + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
+  if (!p) return "popen failed";
   std::string out;
   char buf[512];
   while (fgets(buf, sizeof buf, p)) out += buf;
-  EXPECT_NE(pclose(p), 0);
+  EXPECT_NE(pclose(p), 0) << args;
+  return out;
+}
+
+TEST(Fp8GemmTuning, TuneCommandOnTheCpuIsRefusedClearly) {
+  const std::string out = failing_command_output("tune-fp8-gemm --device cpu --shape 256,256");
   EXPECT_NE(out.find("no kernels to tune"), std::string::npos) << out;
 }
 
@@ -185,20 +191,9 @@ TEST(MoeTuning, FileRoundTripsAndBadFilesGetErrorsNamingTheFault) {
 TEST(MoeTuning, TuneMoeOnTheCpuIsRefusedClearly) {
   auto cpu = make_cpu_backend();
   EXPECT_NE(error_of([&] { cpu->tune_moe({}, [](const std::string&) {}); }).find("--device cuda"), std::string::npos);
-  const std::string cmd = testing::mlaserve_binary() + " tune-moe --device cpu --model deepseek-v2-lite 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  EXPECT_NE(pclose(p), 0);
+  std::string out = failing_command_output("tune-moe --device cpu --model deepseek-v2-lite");
   EXPECT_NE(out.find("no kernels to tune"), std::string::npos) << out;
-  const std::string bad_tp = testing::mlaserve_binary() + " tune-moe --device cpu --model deepseek-v2-lite --tp-size 3 2>&1";
-  p = popen(bad_tp.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  out.clear();
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  EXPECT_NE(pclose(p), 0);
+  out = failing_command_output("tune-moe --device cpu --model deepseek-v2-lite --tp-size 3");
   EXPECT_NE(out.find("--tp-size 3"), std::string::npos) << out;
 }
 

@@ -48,7 +48,8 @@ __global__ void __launch_bounds__(kThreads, 2) moe_grouped_gemm_fp8_kernel(MoeFp
   int expert, row0, row_end;
   if (!moe_tiles::find_tile<kBM, kThreads>(p.offsets, p.num_experts, int(blockIdx.y), expert, row0, row_end)) return;
   const int KB = p.K / kBK;
-  const int kb_begin = int(blockIdx.z) * KB / p.launch.k_splits, kb_end = (int(blockIdx.z) + 1) * KB / p.launch.k_splits;
+  const int splits = p.launch.k_splits;
+  const int kb_begin = int(blockIdx.z) * KB / splits, kb_end = (int(blockIdx.z) + 1) * KB / splits;
   const int k_tiles = kb_end - kb_begin;
   // This block's column tiles: n_tile_first and the ones after it, each over the block's K range.
   const int n_tile_first = int(blockIdx.x) * p.launch.n_tiles_per_block;
@@ -265,8 +266,9 @@ std::vector<MoeFp8Launch> moe_grouped_gemm_fp8_launches(const MoeFp8GemmParams& 
 }
 
 void launch_moe_grouped_gemm_fp8(const MoeFp8GemmParams& p, cudaStream_t stream) {
-  MLA_CHECK(moe_grouped_gemm_fp8_fits(p), "moe FP8 grouped GEMM: N={} K={} n_split={} lda={} E={} ({}) outside its limits",
-            p.N, p.K, p.n_split, p.lda, p.num_experts, to_string(p.launch));
+  MLA_CHECK(moe_grouped_gemm_fp8_fits(p),
+            "moe FP8 grouped GEMM: N={} K={} n_split={} lda={} E={} ({}) outside its limits", p.N, p.K, p.n_split,
+            p.lda, p.num_experts, to_string(p.launch));
   if (p.max_rows <= 0) return;
   if (p.launch.kernel == MoeFp8Launch::Kernel::Wgmma)
     launch_moe_grouped_gemm_fp8_wgmma(p, stream);

@@ -33,10 +33,6 @@ struct MoeFp8Launch {
   int32_t tile_rows = 16;  // MmaSync: 32; Wgmma: 16, 32, 64 or 128
   int32_t k_splits = 1;
   int32_t n_tiles_per_block = 1;
-  bool operator==(const MoeFp8Launch& o) const {  // (nvcc builds this header as C++17: no defaulted ==)
-    return kernel == o.kernel && tile_rows == o.tile_rows && k_splits == o.k_splits &&
-           n_tiles_per_block == o.n_tiles_per_block;
-  }
 };
 // "wgmma rows=16 k_splits=4 n_tiles=1"
 std::string to_string(const MoeFp8Launch& l);
