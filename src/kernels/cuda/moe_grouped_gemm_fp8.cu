@@ -36,6 +36,7 @@ constexpr int kStageBytes = kABytes + kBBytes + 256;
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes;
 static_assert(kBK * 2 == moe_tiles::kBK * 4, "a K-block row is one 128-byte swizzle row");
 static_assert(kThreads == kBM * 8, "one A chunk a thread");
+static_assert(kBN == moe_tiles::Fp8BlockSpan::kTileN && kBK == moe_tiles::Fp8BlockSpan::kBlockK, "the span's tiles");
 
 // Byte offset of 16-byte chunk `chunk` of row `row` (moe_tiles::swz counts 2-byte elements).
 __device__ __forceinline__ int swz_bytes(int row, int chunk) { return 2 * moe_tiles::swz(row, chunk); }
@@ -47,17 +48,9 @@ __global__ void __launch_bounds__(kThreads, 2) moe_grouped_gemm_fp8_kernel(MoeFp
   extern __shared__ __align__(128) uint8_t smem[];
   int expert, row0, row_end;
   if (!moe_tiles::find_tile<kBM, kThreads>(p.offsets, p.num_experts, int(blockIdx.y), expert, row0, row_end)) return;
-  const int KB = p.K / kBK;
-  const int splits = p.launch.k_splits;
-  const int kb_begin = int(blockIdx.z) * KB / splits, kb_end = (int(blockIdx.z) + 1) * KB / splits;
-  const int k_tiles = kb_end - kb_begin;
-  // This block's column tiles: n_tile_first and the ones after it, each over the block's K range.
-  const int n_tile_first = int(blockIdx.x) * p.launch.n_tiles_per_block;
-  const int n_tiles = min(p.launch.n_tiles_per_block, p.N / kBN - n_tile_first), steps = n_tiles * k_tiles;
-  const uint8_t* w_lo = static_cast<const uint8_t*>(p.w[expert]);
-  const uint8_t* w_hi = p.w_hi ? static_cast<const uint8_t*>(p.w_hi[expert]) : nullptr;
-  const float* s_lo = p.w_scale[expert];
-  const float* s_hi = p.w_hi ? p.w_hi_scale[expert] : nullptr;
+  const moe_tiles::Fp8BlockSpan span(p, expert);
+  const int kb_begin = span.kb_begin, kb_end = span.kb_end, k_tiles = span.k_tiles, steps = span.steps;
+  const int n_tile_first = span.n_tile_first;
   const uint8_t* a = static_cast<const uint8_t*>(p.a);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
@@ -78,10 +71,9 @@ __global__ void __launch_bounds__(kThreads, 2) moe_grouped_gemm_fp8_kernel(MoeFp
   const int64_t b_src = int64_t(tid / 8) * p.K + (tid % 8) * 16;
   auto load_next = [&](int stage) {
     uint8_t* st = smem + stage * kStageBytes;
-    const int n0 = load_nt * kBN, kb = load_kb, k0 = kb * kBK;
-    const bool hi = w_hi != nullptr && n0 >= p.n_split;
-    const int w_row0 = hi ? n0 - p.n_split : n0;
-    const uint8_t* w = (hi ? w_hi : w_lo) + int64_t(w_row0) * p.K + k0 + b_src;
+    const int kb = load_kb, k0 = kb * kBK;
+    const moe_tiles::Fp8BlockSpan::Tile t = span.tile(p, load_nt * kBN);
+    const uint8_t* w = t.w + k0 + b_src;
     cp_async16(smem_u32(st + swz_bytes(tid / 8, tid % 8)), a_ptr + (a_src >= 0 ? k0 : 0), a_src >= 0);
 #pragma unroll
     for (int j = 0; j < kBN * 8 / kThreads; ++j)  // every weight row of the tile exists (N % 128 == 0)
@@ -90,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_grouped_gemm_fp8_kernel(MoeFp
     if (tid < kBM)
       cp_async4(smem_u32(scales + tid), as_ptr + (s_src >= 0 ? kb : 0), s_src >= 0);
     else if (tid == kBM)
-      cp_async4(smem_u32(scales + kBM), (hi ? s_hi : s_lo) + int64_t(w_row0 / kBN) * p.ld_w_scale + kb, true);
+      cp_async4(smem_u32(scales + kBM), t.scale + kb, true);
     if (++load_kb == kb_end) load_kb = kb_begin, ++load_nt;
   };
 

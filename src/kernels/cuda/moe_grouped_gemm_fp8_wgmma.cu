@@ -26,7 +26,8 @@ namespace mlaserve::cuda {
 
 namespace {
 
-constexpr int kBN = 128, kBK = 128, kThreads = 256;  // kBN weight rows a tile; kBK: e4m3 bytes a K-block
+constexpr int kBN = moe_tiles::Fp8BlockSpan::kTileN, kBK = moe_tiles::Fp8BlockSpan::kBlockK;  // e4m3: bytes
+constexpr int kThreads = 256;
 
 template <int kRows>
 struct Tile {
@@ -55,15 +56,9 @@ __global__ void __launch_bounds__(kThreads, Tile<kRows>::kBlocksPerSm) moe_fp8_w
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   float* scale_ring = reinterpret_cast<float*>(smem + T::kStages * T::kStageBytes);
 
-  const int KB = p.K / kBK, splits = p.launch.k_splits;
-  const int kb_begin = int(blockIdx.z) * KB / splits, kb_end = (int(blockIdx.z) + 1) * KB / splits;
-  const int k_tiles = kb_end - kb_begin;
-  const int n_tile_first = int(blockIdx.x) * p.launch.n_tiles_per_block;
-  const int n_tiles = min(p.launch.n_tiles_per_block, p.N / kBN - n_tile_first), steps = n_tiles * k_tiles;
-  const uint8_t* w_lo = static_cast<const uint8_t*>(p.w[expert]);
-  const uint8_t* w_hi = p.w_hi ? static_cast<const uint8_t*>(p.w_hi[expert]) : nullptr;
-  const float* s_lo = p.w_scale[expert];
-  const float* s_hi = p.w_hi ? p.w_hi_scale[expert] : nullptr;
+  const moe_tiles::Fp8BlockSpan span(p, expert);
+  const int kb_begin = span.kb_begin, kb_end = span.kb_end, k_tiles = span.k_tiles, steps = span.steps;
+  const int n_tile_first = span.n_tile_first;
   const uint8_t* a = static_cast<const uint8_t*>(p.a);
   const int tid = threadIdx.x, chunk = tid % 8;
 
@@ -88,10 +83,9 @@ __global__ void __launch_bounds__(kThreads, Tile<kRows>::kBlocksPerSm) moe_fp8_w
   const int64_t w_off = int64_t(tid / 8) * p.K + chunk * 16;
   auto load_next = [&](int stage) {
     uint8_t* st = smem + stage * T::kStageBytes;
-    const int n0 = load_nt * kBN, kb = load_kb, k0 = kb * kBK;
-    const bool hi = w_hi != nullptr && n0 >= p.n_split;
-    const int w_row0 = hi ? n0 - p.n_split : n0;
-    const uint8_t* w = (hi ? w_hi : w_lo) + int64_t(w_row0) * p.K + k0 + w_off;
+    const int kb = load_kb, k0 = kb * kBK;
+    const moe_tiles::Fp8BlockSpan::Tile t = span.tile(p, load_nt * kBN);
+    const uint8_t* w = t.w + k0 + w_off;
 #pragma unroll
     for (int j = 0; j < kBN * 8 / kThreads; ++j)  // every weight row of the tile exists (N % 128 == 0)
       mma::cp_async16(mma::smem_u32(st + swz(tid / 8 + 32 * j, chunk)), w + int64_t(32 * j) * p.K, true);
@@ -106,7 +100,7 @@ __global__ void __launch_bounds__(kThreads, Tile<kRows>::kBlocksPerSm) moe_fp8_w
     if (tid < kRows)
       mma::cp_async4(mma::smem_u32(sc + tid), as_ptr + (s_src >= 0 ? kb : 0), s_src >= 0);
     if (tid == kThreads - 1)
-      mma::cp_async4(mma::smem_u32(sc + kRows), (hi ? s_hi : s_lo) + int64_t(w_row0 / kBN) * p.ld_w_scale + kb, true);
+      mma::cp_async4(mma::smem_u32(sc + kRows), t.scale + kb, true);
     if (++load_kb == kb_end) load_kb = kb_begin, ++load_nt;
   };
   static_assert(kRows < kThreads, "the last thread loads the weight scale");

@@ -1,11 +1,12 @@
 // What the grouped expert GEMM kernels (moe_grouped_gemm.cu: mma.sync, moe_grouped_gemm_wgmma.cu,
-// moe_grouped_gemm_fp8.cu) share: the shared-memory tile layout and the search that gives a block
-// its expert and rows.
+// moe_grouped_gemm_fp8.cu, moe_grouped_gemm_fp8_wgmma.cu) share: the shared-memory tile layout, the
+// search that gives a block its expert and rows, and what an FP8 block streams.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/cuda/moe_grouped_gemm.h"
+#include "kernels/cuda/moe_grouped_gemm_fp8.h"
 
 namespace mlaserve::cuda::moe_tiles {
 
@@ -69,5 +70,37 @@ __device__ bool find_tile(const int32_t* offsets, int E, int tile, int& expert, 
 inline int64_t max_row_tiles(int64_t max_rows, int64_t num_experts, int kBM) {
   return (max_rows + kBM - 1) / kBM + (num_experts < max_rows ? num_experts : max_rows);
 }
+
+// What an FP8 block streams: K-blocks [kb_begin, kb_end) (its grid.z range) of each of its
+// column tiles of 128 (grid.x), n_tile_first and the next ones, steps = tiles x K-blocks in all;
+// and where a tile's weights and weight scales lie for its expert (w_hi's rows from n_split on).
+struct Fp8BlockSpan {
+  static constexpr int kTileN = 128, kBlockK = 128;
+  int kb_begin, kb_end, k_tiles, n_tile_first, steps;
+  const uint8_t *w_lo, *w_hi;
+  const float *s_lo, *s_hi;
+
+  __device__ Fp8BlockSpan(const MoeFp8GemmParams& p, int expert) {
+    const int KB = p.K / kBlockK, splits = p.launch.k_splits;
+    kb_begin = int(blockIdx.z) * KB / splits, kb_end = (int(blockIdx.z) + 1) * KB / splits;
+    k_tiles = kb_end - kb_begin;
+    n_tile_first = int(blockIdx.x) * p.launch.n_tiles_per_block;
+    steps = min(p.launch.n_tiles_per_block, p.N / kTileN - n_tile_first) * k_tiles;
+    w_lo = static_cast<const uint8_t*>(p.w[expert]);
+    w_hi = p.w_hi ? static_cast<const uint8_t*>(p.w_hi[expert]) : nullptr;
+    s_lo = p.w_scale[expert];
+    s_hi = p.w_hi ? p.w_hi_scale[expert] : nullptr;
+  }
+  // Weight row 0 of the column tile from column n0, and its row of block scales.
+  struct Tile {
+    const uint8_t* w;
+    const float* scale;
+  };
+  __device__ Tile tile(const MoeFp8GemmParams& p, int n0) const {
+    const bool hi = w_hi != nullptr && n0 >= p.n_split;
+    const int row0 = hi ? n0 - p.n_split : n0;
+    return {(hi ? w_hi : w_lo) + int64_t(row0) * p.K, (hi ? s_hi : s_lo) + int64_t(row0 / kTileN) * p.ld_w_scale};
+  }
+};
 
 }  // namespace mlaserve::cuda::moe_tiles
