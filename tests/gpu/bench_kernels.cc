@@ -251,20 +251,27 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
     }
     float scale = 1.0f / std::sqrt(192.0f);
     double flops = 2.0 * c.B * c.H * c.ctx * (576 + 512);
-    // Variants beside the default kernel choice: 64-row jobs on the mma.sync kernel (H = 128), and
-    // a 16-head batch as 64-row jobs on the warpgroup-MMA kernel (3/4 of the rows padding).
+    // Variants beside the default kernel choice: 64-row jobs on the 2-stage wgmma kernel and on the
+    // mma.sync kernel (H = 128), and a 16-head batch as 64-row jobs on the paired wgmma kernel (3/4
+    // of the rows padding).
     struct Variant {
       const char* tag;
       int m_tiles;
-      bool mma_sync;
+      bool mma_sync, two_stage;
     };
-    std::vector<Variant> variants{{"", 0, false}};
-    variants.push_back(c.H >= 128 ? Variant{" mma.sync", 0, true} : Variant{" 64-row wgmma", 4, false});
+    std::vector<Variant> variants{{"", 0, false, false}};
+    if (c.H >= 128) {
+      variants.push_back({" 2-stage", 0, false, true});
+      variants.push_back({" mma.sync", 0, true, false});
+    } else {
+      variants.push_back({" 64-row pairs", 4, false, false});
+    }
     cuda::MlaDecodePlan& plan = gpu.mla_decode_plan();
-    for (const Variant& v : variants) {
-      plan.force_m_tiles = v.m_tiles, plan.force_mma_sync = v.mma_sync;
+    for (size_t vi = 0; vi < variants.size(); ++vi) {
+      const Variant& v = variants[vi];
+      plan.force_m_tiles = v.m_tiles, plan.force_mma_sync = v.mma_sync, plan.force_two_stage = v.two_stage;
       for (int64_t batch_id : {1, 0}) {
-        for (auto& m : mds) m.batch_id = batch_id + (v.m_tiles || v.mma_sync ? 1000 : 0);
+        for (auto& m : mds) m.batch_id = batch_id ? batch_id + int64_t(vi) * 1000 : 0;  // 0: plan every call
         double ms = time_ms([&](int i) { gpu.mla_decode(q, cache, 1.0f, mds[i % n_sets], scale, out); }, 100, 10);
         std::string name = std::string(batch_id ? "mla_decode run" : "mla_decode plan+run") + v.tag;
         if (c.H >= 128)
@@ -273,7 +280,7 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
           mem_row(name, shape, ms, double(kv_bytes));
       }
     }
-    plan.force_m_tiles = 0, plan.force_mma_sync = false;
+    plan.force_m_tiles = 0, plan.force_mma_sync = false, plan.force_two_stage = false;
 
     // The FP8 cache: the BF16 one stored through kv_store (device-side), scaled into e4m3's range.
     const float kv_scale = 1.0f / 64;
@@ -281,7 +288,7 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
     std::vector<int32_t> all(static_cast<size_t>(tokens * n_sets));
     for (size_t i = 0; i < all.size(); ++i) all[i] = int32_t(i);
     gpu.kv_store(cache, gpu.to_device(Tensor::from_i32(all)), cache8, kv_scale);
-    for (auto& m : mds) m.batch_id = 2000;
+    for (auto& m : mds) m.batch_id = int64_t(variants.size()) * 1000 + 1;  // a plan of its own
     double ms = time_ms([&](int i) { gpu.mla_decode(q, cache8, kv_scale, mds[i % n_sets], scale, out); }, 100, 10);
     if (c.H >= 128)
       flop_row("mla_decode run fp8kv", shape, ms, flops, double(kv_bytes / 2));

@@ -30,7 +30,8 @@ struct HostMd {
 
 class MlaDecode : public GpuTest {
  protected:
-  bool mma_sync = false;  // 64-row jobs on the mma.sync kernel instead of warpgroup MMA
+  bool mma_sync = false;   // 64-row jobs on the mma.sync kernel instead of warpgroup MMA
+  bool two_stage = false;  // BF16 64-row jobs on the 2-stage wgmma kernel instead of the paired one
   float fp8_kv_scale = 0;  // > 0: an e4m3 cache holding latent / this scale
 
   // Captures plan + run of a 3-seq batch in a graph and replays it with other lengths (below).
@@ -62,6 +63,7 @@ class MlaDecode : public GpuTest {
   double check(const Batch& b, int64_t H, int force_m_tiles = 0, int64_t batch_id = 0) {
     gpu.mla_decode_plan().force_m_tiles = force_m_tiles;
     gpu.mla_decode_plan().force_mma_sync = mma_sync;
+    gpu.mla_decode_plan().force_two_stage = two_stage;
     int64_t num_slots = 0;
     for (int32_t l : b.seq_lens) num_slots += l;
     num_slots = num_slots * 3 / 2 + 7;
@@ -90,8 +92,9 @@ class MlaDecode : public GpuTest {
       gpu.mla_decode(qd, cd, kv_scale, m.dev, scale, out2);
       err = std::max(err, rel_l2(gpu.to_host(out2), want));
     }
-    std::printf("  mla_decode H=%lld seqs=%zu T=%lld m_tiles=%d%s%s: rel_l2 %.2e\n", (long long)H, b.seq_lens.size(),
-                (long long)m.T, force_m_tiles, mma_sync ? " mma.sync" : "", fp8 ? " fp8" : "", err);
+    std::printf("  mla_decode H=%lld seqs=%zu T=%lld m_tiles=%d%s%s%s: rel_l2 %.2e\n", (long long)H,
+                b.seq_lens.size(), (long long)m.T, force_m_tiles, mma_sync ? " mma.sync" : "",
+                two_stage ? " 2-stage" : "", fp8 ? " fp8" : "", err);
     ++seed;
     return err;
   }
@@ -134,6 +137,26 @@ TEST_F(MlaDecode, MmaSyncKernelFor64RowJobs) {
   EXPECT_LE(check({{1, 63, 64, 65, 200, 1031, 7, 129}, {1, 1, 1, 1, 1, 1, 1, 1}}, 128), kTol);
   EXPECT_LE(check({{5, 70, 300, 2049, 3}, {3, 2, 4, 1, 3}}, 16, 4), kTol);
   EXPECT_LE(check({{9001}, {1}}, 128), kTol);
+}
+
+TEST_F(MlaDecode, TwoStageKernelFor64RowJobs) {
+  // BF16 64-row jobs run on the paired kernel by default; the 2-stage one (which FP8 caches use)
+  // stays as a fallback.
+  two_stage = true;
+  EXPECT_LE(check({{1, 63, 64, 65, 200, 1031, 7, 129}, {1, 1, 1, 1, 1, 1, 1, 1}}, 128), kTol);
+  EXPECT_LE(check({{5, 70, 300, 2049, 3}, {3, 2, 4, 1, 3}}, 16, 4), kTol);
+  EXPECT_LE(check({{9001}, {1}}, 128), kTol);
+}
+
+TEST_F(MlaDecode, PairedKernelOnOddRuns) {
+  // The paired kernel takes a job's tiles two at a time: runs of one tile, odd runs (the second of
+  // the last pair absent), jobs cut between CTAs at odd tiles, and many short jobs in one CTA.
+  EXPECT_LE(check({{1, 64, 65, 128, 129, 191, 192, 193}, {1, 1, 1, 1, 1, 1, 1, 1}}, 128), kTol);
+  EXPECT_LE(check({{64 * 133 + 5, 64 * 7}, {1, 1}}, 128), kTol);
+  std::vector<int32_t> lens, queries;
+  for (int i = 0; i < 300; ++i) lens.push_back(1 + (i * 37) % 190), queries.push_back(1);
+  EXPECT_LE(check({lens, queries}, 128), kTol);
+  EXPECT_LE(check({{33, 64 * 9 + 1, 700}, {33, 2, 5}}, 16, 4), kTol);
 }
 
 TEST_F(MlaDecode, Fp8CacheOnEveryKernel) {

@@ -61,6 +61,7 @@ void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, 
   sched_.num_ctas = num_sms_;  // one persistent CTA per SM (the kernel takes most of its shared memory)
   sched_.m_tiles = mt;
   sched_.wgmma = !force_mma_sync;
+  sched_.pairs = !force_two_stage;
   launch_mla_decode_plan(p, sched_, stream);
   batch_id_ = batch_id, tokens_ = T, seqs_ = S, heads_ = H;
   seq_lens_ = p.seq_lens, query_start_ = p.query_start;

@@ -416,7 +416,9 @@ void mla::launch_mla_decode_combine(const MlaDecodeParams& p, const MlaDecodeSch
 }
 
 void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
-  if (s.m_tiles == 4 && s.wgmma)
+  if (s.m_tiles == 4 && s.wgmma && s.pairs && !p.cache_fp8)
+    mla::launch_mla_decode_pairs(p, s, stream);
+  else if (s.m_tiles == 4 && s.wgmma)
     mla::launch_mla_decode_wgmma(p, s, stream);
   else if (s.m_tiles == 4)
     run_mma_sync<4>(p, s, stream);

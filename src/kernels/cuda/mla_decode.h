@@ -4,8 +4,9 @@
 // block takes many query rows at once (a row is one (query token, head) pair of one sequence) and
 // reads each cache row once for all of them, on tensor cores (BF16, fp32 accumulation, online
 // softmax in fp32; an FP8 cache is widened to BF16 in shared memory): jobs of 64 rows (128 heads,
-// or several queries a seq) on Hopper warpgroup MMA (mla_decode_wgmma.cu), jobs of 16 rows (one
-// query of a TP shard's 16 heads, memory-bound) on mma.sync m16n8k16 (mla_decode.cu). The work is
+// or several queries a seq) on Hopper warpgroup MMA (mla_decode_pairs.cu over a BF16 cache,
+// mla_decode_wgmma.cu over an FP8 one), jobs of 16 rows (one query of a TP shard's 16 heads,
+// memory-bound) on mma.sync m16n8k16 (mla_decode.cu). The work is
 // split plan / run (mla_decode_plan.cu plans):
 //   plan: a kernel reads seq_lens and query_start (on the device) and cuts the batch into jobs
 //         (one sequence x up to 16 * m_tiles rows) of 64-key tiles, then hands every persistent
@@ -56,7 +57,8 @@ struct MlaDecodeSchedule {
   float* partial_o;      // [max_partials, rows_per_job, 512]: normalized partial outputs
   float* partial_lse;    // [max_partials, rows_per_job]: log2-sum-exp2 of the scaled scores
   int max_jobs = 0, num_ctas = 0, m_tiles = 1;  // rows per job = 16 * m_tiles
-  bool wgmma = true;  // 64-row jobs on warpgroup MMA (mla_decode_wgmma.cu) rather than mma.sync
+  bool wgmma = true;  // 64-row jobs on warpgroup MMA rather than mma.sync
+  bool pairs = true;  // BF16 caches: the paired kernel (mla_decode_pairs.cu) rather than the 2-stage one
 };
 
 void launch_mla_decode_plan(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream);
@@ -79,6 +81,7 @@ class MlaDecodePlan {
 
   int force_m_tiles = 0;  // tests: 1 or 4 fixes the rows per job; 0 picks by shape
   bool force_mma_sync = false;  // tests and benchmarks: 64-row jobs on the mma.sync kernel
+  bool force_two_stage = false;  // tests and benchmarks: BF16 64-row jobs on the 2-stage wgmma kernel
   int planned_ctas() const { return sched_.num_ctas; }
 
  private:

@@ -77,7 +77,10 @@ __device__ __forceinline__ void widen_fp8_tile(const uint8_t* src, uint8_t* dst,
 
 // Merges the partials of jobs cut between CTAs (rows per job = 16 * s.m_tiles); mla_decode.cu.
 void launch_mla_decode_combine(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream);
-// The attention kernel of 64-row jobs on Hopper warpgroup MMA; mla_decode_wgmma.cu.
+// The attention kernels of 64-row jobs on Hopper warpgroup MMA: one tile at a time in a 2-stage ring
+// (mla_decode_wgmma.cu; BF16 or FP8 caches), or two tiles at a time, one a warpgroup
+// (mla_decode_pairs.cu; BF16 caches).
 void launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream);
+void launch_mla_decode_pairs(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream);
 
 }  // namespace mlaserve::cuda::mla

@@ -1,0 +1,32 @@
+// Shared-memory barriers (mbarrier) that asynchronous copies complete: a loader's cp.async copies
+// arrive on a barrier when they land, so the threads that read the data wait on exactly that data
+// instead of on a block-wide barrier, and the loader never waits at all.
+#pragma once
+
+#include <cstdint>
+
+namespace mlaserve::cuda::mbar {
+
+// One thread initializes a barrier that completes a phase after `count` arrivals; a block barrier
+// must follow before any thread uses it.
+__device__ __forceinline__ void init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Arrives on `bar` once every cp.async this thread issued before has landed. The arrival is not
+// counted in advance (.noinc): `count` of init includes each thread that arrives this way.
+__device__ __forceinline__ void arrive_on_copies(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Waits until the phase of parity `parity` (0 for the first phase, then alternating) has completed.
+__device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nLAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra LAB_WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+}  // namespace mlaserve::cuda::mbar

@@ -1,0 +1,449 @@
+// MLA decode attention for jobs of 64 query rows over a BF16 cache on Hopper warpgroup MMA, taking
+// the keys two tiles at a time (see mla_decode.h for the plan; mla_decode_wgmma.cu has the 2-stage
+// kernel, which FP8 caches use and which stays the fallback for BF16).
+//
+// Why pairs: with one tile at a time, one warpgroup computes S = Q K^T (the larger half of the MMAs)
+// and its softmax while the other waits, and the tile after next can only be fetched once both are
+// done with a ring slot. Here warpgroup 0 owns O[:, 0:256] and the first tile of each pair (in k0),
+// warpgroup 1 owns O[:, 256:512] and the second (in k1); both compute an S at the same time, and one
+// warpgroup's softmax overlaps the other's MMAs. Per pair, with m the running row max:
+//   wg0: S0 = Q K0^T; m0 = max(m, rowmax S0); P0 = exp(S0 - m0); O_L = O_L e^(m - m0) + P0 V0_L;
+//        then, given m1 from wg1: O_L = O_L e^(m0 - m1) + P1 V1_L, with P1 read from shared memory.
+//   wg1: S1 = Q K1^T; given m0: m1 = max(m0, rowmax S1); P1 = exp(S1 - m1);
+//        O_R = O_R e^(m - m1) + P1 V1_R + (P0 e^(m0 - m1)) V0_R, with that P0 written by wg0.
+// Each warpgroup sums the probabilities it made (rescaled alike); the two sums meet at the job's end.
+//
+// Shared memory: Q and the two tiles (73.7 KB each, 9 blocks of 64 columns in the 128-byte swizzle
+// layout wgmma reads). Nothing else fits, so P0 and P1 go into the rope block (columns 512..575) of
+// their own tile, which only S reads. Each tile block has a barrier that its loads' cp.async copies
+// complete (mbarrier.cuh): S waits block by block, and the last reader of a block refills it for the
+// next pair right after its MMAs over it finish, so loads run a pair ahead with no block-wide wait:
+//   k0 blocks 0-3: wg0 after P0 V0_L; 4-8: wg1 after P0 V0_R (block 8 then holds P0).
+//   k1 blocks 0-3 and 8: wg0 after P1 V1_L (block 8 holds P1); 4-7: wg1 after P1 V1_R.
+// A pair is two tiles of one job; at a job's end (or the CTA's) the second may be absent: its slots
+// load as zeros and its keys are masked.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/mbarrier.cuh"
+#include "kernels/cuda/mla_decode_device.cuh"
+#include "kernels/cuda/mma_primitives.cuh"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace mlaserve::cuda {
+
+namespace {
+
+using namespace mla;
+using mma::cp_async16;
+using mma::pack_bf16;
+
+constexpr int kThreads = 256, kM = 64, kBlocks = kD / 64;  // 9 blocks of 64 columns a row
+constexpr uint32_t kBlockBytes = 64 * 128;                  // 64 rows x 64 columns
+constexpr uint32_t kTileBytes = kBlocks * kBlockBytes;      // 73728
+static_assert(kBN == 64, "a tile is 64 keys");
+
+struct Smem {
+  static constexpr uint32_t q = 0;                      // [64, 576]
+  static constexpr uint32_t k0 = q + kTileBytes;        // [64, 576] the pair's first tile
+  static constexpr uint32_t k1 = k0 + kTileBytes;       // [64, 576] its second
+  static constexpr uint32_t bars = k1 + kTileBytes;     // [2][9] u64: block b of k0 / k1 landed; then Q's
+  static constexpr uint32_t scale = bars + (2 * kBlocks + 1) * 8;  // [2][64] f32: e^(m - m0), e^(m0 - m1)
+  static constexpr uint32_t max = scale + 2 * kM * 4;   // [2][64] f32: m0, m1
+  static constexpr uint32_t sum = max + 2 * kM * 4;     // [2][64] f32: each warpgroup's row sums at a job's end
+  static constexpr uint32_t bytes = sum + 2 * kM * 4 + 1024;  // + slack to align the base to 1024
+};
+static_assert(Smem::bytes <= 227 * 1024, "shared memory of one block");
+
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Named barriers between the warpgroups (0 is __syncthreads).
+constexpr int kBarScale0 = 1;  // wg0 -> wg1: m0 and e^(m - m0) of this pair are in shared memory
+constexpr int kBarScale1 = 2;  // wg1 -> wg0: m1 and e^(m0 - m1)
+constexpr int kBarP0 = 3;      // wg0 -> wg1: P0 e^(m0 - m1) is in k0's block 8
+constexpr int kBarP1 = 4;      // wg1 -> wg0: P1 is in k1's block 8
+
+// Tiles `tile` and (if `two`) tile + 1 of job `job_idx`; `last` ends the job's part in this CTA.
+// Only what the loads need of the job is kept (registers are short); the rest is read when used.
+struct Pair {
+  int job_idx, tile, kv_begin, num_keys;  // kv_begin: the job's seq's first entry in kv_indices
+  bool valid, two, last;
+};
+struct Cursor {
+  int job_idx, tile, left;  // the next tile of the CTA's run and how many remain
+};
+__device__ __forceinline__ Pair take_pair(const MlaDecodeParams& p, const Job* jobs, Cursor& c) {
+  Pair pr{};
+  pr.valid = c.left > 0;
+  if (!pr.valid) return pr;
+  const Job job = jobs[c.job_idx];
+  pr.job_idx = c.job_idx;
+  pr.tile = c.tile;
+  pr.kv_begin = p.kv_start[job.seq];
+  pr.num_keys = job.num_keys;
+  pr.two = c.tile + 1 < job.num_tiles && c.left >= 2;
+  const int n = pr.two ? 2 : 1;
+  c.left -= n;
+  c.tile += n;
+  pr.last = c.tile == job.num_tiles || c.left == 0;
+  if (c.tile == job.num_tiles) ++c.job_idx, c.tile = 0;
+  return pr;
+}
+
+// P as the A fragments of P V: step ks covers keys 16 ks.. (sc in the accumulator layout of m64n64).
+__device__ __forceinline__ void pack_p(const float (&sc)[32], uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    pa[j / 2][(j % 2) * 2] = pack_bf16(sc[4 * j], sc[4 * j + 1]);
+    pa[j / 2][(j % 2) * 2 + 1] = pack_bf16(sc[4 * j + 2], sc[4 * j + 3]);
+  }
+}
+
+// Stores P (fragments pa of rows r0 and r0 + 8, times mul[0] / mul[1] when kScale) as a K-major
+// [64 rows, 64 keys] block in the 128-byte swizzle layout, for the other warpgroup's A operand.
+template <bool kScale>
+__device__ __forceinline__ void store_p(uint8_t* block, int r0, int t4, const uint32_t (&pa)[4][4],
+                                        const float (&mul)[2]) {
+  const int rb = r0 * 128 + t4 * 4;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t chunk = (j ^ (r0 & 7)) * 16;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t v = pa[j / 2][(j % 2) * 2 + h];
+      if constexpr (kScale) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+        v = pack_bf16(f.x * mul[h], f.y * mul[h]);
+      }
+      *reinterpret_cast<uint32_t*>(block + rb + h * 8 * 128 + chunk) = v;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) mla_decode_pairs_kernel(MlaDecodeParams p, MlaDecodeSchedule s) {
+  pdl_wait_and_trigger();
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t sQ = mma::smem_u32(smem + Smem::q), sK0 = mma::smem_u32(smem + Smem::k0);
+  const uint32_t sK1 = mma::smem_u32(smem + Smem::k1), sBars = mma::smem_u32(smem + Smem::bars);
+  const uint32_t bars0 = sBars, bars1 = sBars + kBlocks * 8, bar_q = sBars + 2 * kBlocks * 8;
+  float* s_scale = reinterpret_cast<float*>(smem + Smem::scale);
+  float* s_max = reinterpret_cast<float*>(smem + Smem::max);
+  float* s_sum = reinterpret_cast<float*>(smem + Smem::sum);
+
+  const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+  const int r0 = (tid % 128) / 32 * 16 + g;  // this thread's rows of S and O: r0 and r0 + 8
+  const int4 cta = reinterpret_cast<const int4*>(s.ctas)[blockIdx.x];
+  if (cta.z == 0) return;
+  const Job* jobs = reinterpret_cast<const Job*>(s.jobs);
+  const bf16* q = static_cast<const bf16*>(p.q);
+  const uint8_t* cache = static_cast<const uint8_t*>(p.cache);
+  // Scores and outputs carry the cache scale (1 for BF16; kept so the two kernels agree).
+  const float scale_log2 = p.scale * p.kv_scale * 1.4426950408889634f;
+
+  if (tid == 0) {
+    for (int b = 0; b < 2 * kBlocks; ++b) mbar::init(sBars + b * 8, 128);  // one warpgroup loads a block
+    mbar::init(bar_q, kThreads);
+  }
+  __syncthreads();
+
+  // Q: 4 threads a row, 18 of its 72 chunks each; rows past the job's end are zero-filled.
+  auto load_q = [&](const Job& job) {
+    const int r = tid / 4;
+    const bool valid = r < job.num_rows;
+    const bf16* src = q;
+    if (valid) {
+      RowPlace rp = place_row(p, job, r);
+      src = q + rp.token * p.q_stride_t + rp.head * p.q_stride_h;
+    }
+#pragma unroll
+    for (int c = tid % 4; c < kChunks; c += 4) cp_async16(sQ + (c / 8) * kBlockBytes + r * 128 + ((c % 8) ^ (r & 7)) * 16,
+                                                          src + (valid ? c * 8 : 0), valid);
+    mbar::arrive_on_copies(bar_q);
+  };
+  // Tile loads: a warpgroup's thread brings 16 bytes (piece) of rows lrow + 16 i of each block it loads.
+  const int lrow = (tid % 128) / 8, piece = tid % 8;
+  // This thread's 4 key rows of the pair's tile `second` (lrow + 16 i), as cache slots (-1 past the
+  // job's keys, or for an absent tile).
+  struct Slots {
+    int s[4];
+  };
+  auto slots_of = [&](const Pair& pr, int second) {
+    Slots sl;
+    const bool present = pr.valid && (second == 0 || pr.two);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int key = (pr.tile + second) * kBN + lrow + 16 * i;
+      sl.s[i] = present && key < pr.num_keys ? p.kv_indices[pr.kv_begin + key] : -1;
+    }
+    return sl;
+  };
+  // Copies block b of a tile (rows at slots sl) into `tile` and arrives on the block's barrier.
+  auto load_block = [&](uint32_t tile, uint32_t bars, int b, const Slots& sl) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = lrow + 16 * i;
+      const bool valid = sl.s[i] >= 0;
+      const uint8_t* src = cache + (valid ? int64_t(sl.s[i]) * (kD * 2) + b * 128 + piece * 16 : 0);
+      cp_async16(tile + b * kBlockBytes + r * 128 + ((piece ^ (r & 7)) * 16), src, valid);
+    }
+    mbar::arrive_on_copies(bars + b * 8);
+  };
+  auto visible_of = [&](const Job& job, int r) { return r < job.num_rows ? place_row(p, job, r).visible : 0; };
+
+  // S = Q K^T over the tile at sK in two steps, blocks 0-3 (loaded earlier in the pair) and 4-8.
+  // No MMA is in flight across a barrier wait: ptxas serializes every wgmma of a kernel that keeps
+  // accumulators in flight across a branch, which the wait loop is.
+  auto scores = [&](uint32_t sK, uint32_t bars, uint32_t parity, float (&sc)[32]) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int b0 = half ? 4 : 0, b1 = half ? kBlocks : 4;
+      for (int b = b0; b < b1; ++b) mbar::wait(bars + b * 8, parity);
+      wgmma::fence_async_smem();  // the copies landed through the generic proxy; wgmma reads through the async one
+      wgmma::fence();
+#pragma unroll
+      for (int b = b0; b < b1; ++b)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const uint32_t off = b * kBlockBytes + k * 32;
+          wgmma::mma_m64n64k16_ss<0>(sc, wgmma::desc_sw128(sQ + off, 16, 1024), wgmma::desc_sw128(sK + off, 16, 1024),
+                                     b > 0 || k > 0);
+        }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operand(sc);
+    }
+  };
+  // Masks the scores of `tile` (keys past a row's visible count, all of them if !present) into the
+  // log2 domain; returns the row maxima of rows r0 and r0 + 8.
+  auto mask_scale = [&](float (&sc)[32], int tile, bool present, const int (&vis)[2], float (&mx)[2]) {
+    const int key0 = tile * kBN + 2 * t4;
+    mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int h = (i >> 1) & 1, key = key0 + (i / 4) * 8 + (i & 1);
+      sc[i] = present && key < vis[h] ? sc[i] * scale_log2 : -INFINITY;
+      mx[h] = fmaxf(mx[h], sc[i]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
+    }
+  };
+  // sc = exp2(sc - m) (0 for a row that has seen no key yet); adds the row sums to l.
+  auto exponentiate = [&](float (&sc)[32], const float (&m)[2], float (&l)[2]) {
+    float m_use[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) m_use[h] = m[h] == -INFINITY ? 0.f : m[h];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int h = (i >> 1) & 1;
+      sc[i] = exp2f(sc[i] - m_use[h]);
+      l[h] += sc[i];
+    }
+  };
+  // e^(from - to) in the log2 domain, 0 when `to` is still -inf (nothing to keep).
+  auto rescale_of = [](float from, float to) { return exp2f(from - (to == -INFINITY ? 0.f : to)); };
+
+  Cursor cursor{cta.x, cta.y, cta.z};
+  Pair cur = take_pair(p, jobs, cursor);
+  load_q(jobs[cur.job_idx]);
+  uint32_t q_parity = 0;
+  {
+    const Slots a = slots_of(cur, 0), b = slots_of(cur, 1);
+#pragma unroll
+    for (int blk = 0; blk < kBlocks; ++blk) {
+      // The same split as the refills below: k0 blocks 0-3 / k1 blocks 0-3 and 8 by warpgroup 0.
+      if ((blk < 4) == (wg == 0)) load_block(sK0, bars0, blk, a);
+      if ((blk < 4 || blk == 8) == (wg == 0)) load_block(sK1, bars1, blk, b);
+    }
+  }
+  int vis[2] = {visible_of(jobs[cur.job_idx], r0), visible_of(jobs[cur.job_idx], r0 + 8)};
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+
+  for (uint32_t parity = 0; cur.valid; parity ^= 1) {
+    const Pair nxt = take_pair(p, jobs, cursor);
+    const Slots next_first = slots_of(nxt, 0), next_second = slots_of(nxt, 1);  // read early: used after the MMAs
+    mbar::wait(bar_q, q_parity);
+    float sc[32];
+    uint32_t pa[4][4];
+    if (wg == 0) {
+      // ---- S0, its softmax, then O_L = O_L e^(m - m0) + P0 V0_L
+      scores(sK0, bars0, parity, sc);
+      float mx[2], scale0[2];
+      mask_scale(sc, cur.tile, true, vis, mx);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m0 = fmaxf(m_run[h], mx[h]);
+        scale0[h] = rescale_of(m_run[h], m0);
+        m_run[h] = m0;
+        l_run[h] *= scale0[h];
+      }
+      if (t4 == 0) {
+        s_scale[r0] = scale0[0], s_scale[r0 + 8] = scale0[1];
+        s_max[r0] = m_run[0], s_max[r0 + 8] = m_run[1];
+      }
+      bar_arrive(kBarScale0, kThreads);
+      exponentiate(sc, m_run, l_run);
+      pack_p(sc, pa);
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] *= scale0[(i >> 1) & 1];
+      wgmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < kBN / 16; ++ks)
+        wgmma::mma_m64n256k16_rs<1>(o, pa[ks], wgmma::desc_sw128(sK0 + ks * 16 * 128, kBlockBytes, 1024), true);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+      if (nxt.valid)
+#pragma unroll
+        for (int blk = 0; blk < 4; ++blk) load_block(sK0, bars0, blk, next_first);
+
+      // ---- P0 e^(m0 - m1) for wg1, then O_L = O_L e^(m0 - m1) + P1 V1_L
+      bar_sync(kBarScale1, kThreads);
+      const float scale1[2] = {s_scale[kM + r0], s_scale[kM + r0 + 8]};
+      m_run[0] = s_max[kM + r0], m_run[1] = s_max[kM + r0 + 8];
+      store_p<true>(smem + Smem::k0 + 8 * kBlockBytes, r0, t4, pa, scale1);
+      wgmma::fence_async_smem();
+      bar_arrive(kBarP0, kThreads);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l_run[h] *= scale1[h];
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] *= scale1[(i >> 1) & 1];
+      bar_sync(kBarP1, kThreads);
+      wgmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < kBN / 16; ++ks)
+        wgmma::mma_m64n256k16_ss<1>(o, wgmma::desc_sw128(sK1 + 8 * kBlockBytes + ks * 32, 16, 1024),
+                                    wgmma::desc_sw128(sK1 + ks * 16 * 128, kBlockBytes, 1024), true);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+      if (nxt.valid) {
+#pragma unroll
+        for (int blk = 0; blk < 4; ++blk) load_block(sK1, bars1, blk, next_second);
+        load_block(sK1, bars1, 8, next_second);
+      }
+    } else {
+      // ---- S1 and its softmax given m0, then O_R = O_R e^(m - m1) + (P0 e^(m0 - m1)) V0_R + P1 V1_R
+      scores(sK1, bars1, parity, sc);
+      float mx[2], scale01[2];
+      mask_scale(sc, cur.tile + 1, cur.two, vis, mx);
+      bar_sync(kBarScale0, kThreads);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h;
+        const float m0 = s_max[r], m1 = fmaxf(m0, mx[h]);
+        const float scale1 = rescale_of(m0, m1);
+        scale01[h] = s_scale[r] * scale1;
+        m_run[h] = m1;
+        l_run[h] *= scale01[h];
+        if (t4 == 0) s_scale[kM + r] = scale1, s_max[kM + r] = m1;
+      }
+      bar_arrive(kBarScale1, kThreads);
+      exponentiate(sc, m_run, l_run);
+      pack_p(sc, pa);
+      store_p<false>(smem + Smem::k1 + 8 * kBlockBytes, r0, t4, pa, scale01);
+      wgmma::fence_async_smem();
+      bar_arrive(kBarP1, kThreads);
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] *= scale01[(i >> 1) & 1];
+      // k0 first: the next pair needs it first
+      bar_sync(kBarP0, kThreads);
+      wgmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < kBN / 16; ++ks)
+        wgmma::mma_m64n256k16_ss<1>(o, wgmma::desc_sw128(sK0 + 8 * kBlockBytes + ks * 32, 16, 1024),
+                                    wgmma::desc_sw128(sK0 + 4 * kBlockBytes + ks * 16 * 128, kBlockBytes, 1024), true);
+      wgmma::commit();
+#pragma unroll
+      for (int ks = 0; ks < kBN / 16; ++ks)
+        wgmma::mma_m64n256k16_rs<1>(o, pa[ks], wgmma::desc_sw128(sK1 + 4 * kBlockBytes + ks * 16 * 128, kBlockBytes, 1024),
+                                    true);
+      wgmma::commit();
+      wgmma::wait<1>();
+      if (nxt.valid)
+#pragma unroll
+        for (int blk = 4; blk < 9; ++blk) load_block(sK0, bars0, blk, next_first);
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+      if (nxt.valid)
+#pragma unroll
+        for (int blk = 4; blk < 8; ++blk) load_block(sK1, bars1, blk, next_second);
+    }
+
+    if (cur.last) {
+      const Job job = jobs[cur.job_idx];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float l = l_run[h];
+        l += __shfl_xor_sync(0xffffffff, l, 1);
+        l += __shfl_xor_sync(0xffffffff, l, 2);
+        if (t4 == 0) s_sum[wg * kM + r0 + 8 * h] = l;
+      }
+      __syncthreads();
+      const bool split = job.num_splits > 1;
+      const int slot = job.split_offset + int(blockIdx.x) - job.first_cta;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h;
+        if (r >= job.num_rows) continue;
+        const float l = s_sum[r] + s_sum[kM + r], inv = l > 0 ? p.kv_scale / l : 0.f;
+        const int col0 = wg * 256 + 2 * t4;
+        if (!split) {
+          RowPlace rp = place_row(p, job, r);
+          bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h + col0;
+#pragma unroll
+          for (int j = 0; j < 32; ++j)
+            *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) =
+                __floats2bfloat162_rn(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        } else {
+          float* dst = s.partial_o + (int64_t(slot) * kM + r) * kL + col0;
+#pragma unroll
+          for (int j = 0; j < 32; ++j)
+            *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+          if (wg == 0 && t4 == 0) s.partial_lse[int64_t(slot) * kM + r] = l > 0 ? m_run[h] + log2f(l) : -INFINITY;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] = 0.f;
+      m_run[0] = m_run[1] = -INFINITY;
+      l_run[0] = l_run[1] = 0.f;
+      if (nxt.valid) {  // every S of the job is done (the barrier above): Q is free for the next job
+        const Job next_job = jobs[nxt.job_idx];
+        load_q(next_job);
+        q_parity ^= 1;
+        vis[0] = visible_of(next_job, r0);
+        vis[1] = visible_of(next_job, r0 + 8);
+      }
+      __syncthreads();  // s_sum is read before the next job's end writes it
+    }
+    cur = nxt;
+  }
+}
+
+}  // namespace
+
+void mla::launch_mla_decode_pairs(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
+  MLA_CHECK(!p.cache_fp8, "mla_decode: the paired kernel reads a BF16 cache");
+  static bool configured = false;  // per device in practice: one GPU per process here
+  if (!configured) {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(mla_decode_pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Smem::bytes)));
+    configured = true;
+  }
+  launch_pdl(mla_decode_pairs_kernel, s.num_ctas, kThreads, Smem::bytes, stream, p, s);
+}
+
+}  // namespace mlaserve::cuda
