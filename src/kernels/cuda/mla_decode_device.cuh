@@ -51,6 +51,35 @@ __device__ __forceinline__ void prefetch_row_l2(const void* cache, int row_bytes
     asm volatile("prefetch.global.L2 [%0];\n" ::"l"(l));
 }
 
+// Writes the 256 columns from col0 of rows r0 and r0 + 8 of a 64-row job's O (a warpgroup's m64n256
+// accumulators), divided by the row sums l (log2-domain row maxima m): into out, or for a job cut
+// between CTAs as partial `slot` with its log2-sum-exp (written where write_lse).
+__device__ __forceinline__ void store_o_rows(const MlaDecodeParams& p, const MlaDecodeSchedule& s, const Job& job,
+                                             int slot, const float (&o)[128], int r0, int col0, const float (&l)[2],
+                                             const float (&m)[2], bool write_lse) {
+  constexpr int kRows = 64;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+    if (r >= job.num_rows) continue;
+    const float inv = l[h] > 0 ? p.kv_scale / l[h] : 0.f;
+    if (job.num_splits == 1) {
+      RowPlace rp = place_row(p, job, r);
+      bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h + col0;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) =
+            __floats2bfloat162_rn(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+    } else {
+      float* dst = s.partial_o + (int64_t(slot) * kRows + r) * kL + col0;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      if (write_lse) s.partial_lse[int64_t(slot) * kRows + r] = l[h] > 0 ? m[h] + log2f(l[h]) : -INFINITY;
+    }
+  }
+}
+
 // ---- FP8 cache: e4m3 rows of 576 bytes (36 chunks of 16), staged as they are ------------------
 
 constexpr int kF8Chunks = kD / 16;

@@ -164,8 +164,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_pairs_kernel(MlaDecode
       src = q + rp.token * p.q_stride_t + rp.head * p.q_stride_h;
     }
 #pragma unroll
-    for (int c = tid % 4; c < kChunks; c += 4) cp_async16(sQ + (c / 8) * kBlockBytes + r * 128 + ((c % 8) ^ (r & 7)) * 16,
-                                                          src + (valid ? c * 8 : 0), valid);
+    for (int c = tid % 4; c < kChunks; c += 4)
+      cp_async16(sQ + (c / 8) * kBlockBytes + r * 128 + ((c % 8) ^ (r & 7)) * 16, src + (valid ? c * 8 : 0), valid);
     mbar::arrive_on_copies(bar_q);
   };
   // Tile loads: a warpgroup's thread brings 16 bytes (piece) of rows lrow + 16 i of each block it loads.
@@ -369,8 +369,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_pairs_kernel(MlaDecode
       wgmma::commit();
 #pragma unroll
       for (int ks = 0; ks < kBN / 16; ++ks)
-        wgmma::mma_m64n256k16_rs<1>(o, pa[ks], wgmma::desc_sw128(sK1 + 4 * kBlockBytes + ks * 16 * 128, kBlockBytes, 1024),
-                                    true);
+        wgmma::mma_m64n256k16_rs<1>(
+            o, pa[ks], wgmma::desc_sw128(sK1 + 4 * kBlockBytes + ks * 16 * 128, kBlockBytes, 1024), true);
       wgmma::commit();
       wgmma::wait<1>();
       if (nxt.valid)
@@ -393,29 +393,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_pairs_kernel(MlaDecode
         if (t4 == 0) s_sum[wg * kM + r0 + 8 * h] = l;
       }
       __syncthreads();
-      const bool split = job.num_splits > 1;
-      const int slot = job.split_offset + int(blockIdx.x) - job.first_cta;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r0 + 8 * h;
-        if (r >= job.num_rows) continue;
-        const float l = s_sum[r] + s_sum[kM + r], inv = l > 0 ? p.kv_scale / l : 0.f;
-        const int col0 = wg * 256 + 2 * t4;
-        if (!split) {
-          RowPlace rp = place_row(p, job, r);
-          bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h + col0;
-#pragma unroll
-          for (int j = 0; j < 32; ++j)
-            *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) =
-                __floats2bfloat162_rn(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-        } else {
-          float* dst = s.partial_o + (int64_t(slot) * kM + r) * kL + col0;
-#pragma unroll
-          for (int j = 0; j < 32; ++j)
-            *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-          if (wg == 0 && t4 == 0) s.partial_lse[int64_t(slot) * kM + r] = l > 0 ? m_run[h] + log2f(l) : -INFINITY;
-        }
-      }
+      const float row_l[2] = {s_sum[r0] + s_sum[kM + r0], s_sum[r0 + 8] + s_sum[kM + r0 + 8]};
+      store_o_rows(p, s, job, job.split_offset + int(blockIdx.x) - job.first_cta, o, r0, wg * 256 + 2 * t4, row_l,
+                   m_run, wg == 0 && t4 == 0);
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.f;
       m_run[0] = m_run[1] = -INFINITY;

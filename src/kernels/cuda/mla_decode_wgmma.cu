@@ -253,29 +253,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
         }
       }
       __syncthreads();
-      const bool split = job.num_splits > 1;
-      const int slot = job.split_offset + int(blockIdx.x) - job.first_cta;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r0 + 8 * h;
-        if (r >= job.num_rows) continue;
-        const float l = s_row_l[r], inv = l > 0 ? p.kv_scale / l : 0.f;
-        const int col0 = wg * 256 + 2 * t4;
-        if (!split) {
-          RowPlace rp = place_row(p, job, r);
-          bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h + col0;
-#pragma unroll
-          for (int j = 0; j < 32; ++j)
-            *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) =
-                __floats2bfloat162_rn(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-        } else {
-          float* dst = s.partial_o + (int64_t(slot) * kM + r) * kL + col0;
-#pragma unroll
-          for (int j = 0; j < 32; ++j)
-            *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-          if (wg == 0 && t4 == 0) s.partial_lse[int64_t(slot) * kM + r] = l > 0 ? s_row_m[r] + log2f(l) : -INFINITY;
-        }
-      }
+      const float row_l[2] = {s_row_l[r0], s_row_l[r0 + 8]}, row_m[2] = {s_row_m[r0], s_row_m[r0 + 8]};
+      store_o_rows(p, s, job, job.split_offset + int(blockIdx.x) - job.first_cta, o, r0, wg * 256 + 2 * t4, row_l,
+                   row_m, wg == 0 && t4 == 0);
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.f;
       m_run[0] = m_run[1] = -INFINITY;
