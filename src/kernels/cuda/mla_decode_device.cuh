@@ -19,6 +19,15 @@ struct Job {
 };
 static_assert(sizeof(Job) == 8 * sizeof(int32_t));
 
+// The 64-row wgmma kernels keep Q and key tiles in the 128-byte swizzle layout that wgmma reads: a
+// 576-wide row is 9 blocks of 64 columns, and block b of a tile holds 64 rows x 128 bytes.
+constexpr uint32_t kBlockBytes = 64 * 128;
+constexpr uint32_t kTileBytes = kChunks / 8 * kBlockBytes;  // 9 blocks: 73728
+// Byte offset of 16-byte chunk c (of 72) of row r (of 64) in a tile or in Q.
+__device__ __forceinline__ uint32_t tile_offset(int r, int c) {
+  return uint32_t(c >> 3) * kBlockBytes + uint32_t(r) * 128 + uint32_t((c & 7) ^ (r & 7)) * 16;
+}
+
 // Query token of row `row` (of a seq's n * H rows, query-major) and the keys it sees.
 struct RowPlace {
   int token, head, visible;

@@ -42,8 +42,6 @@ using mma::cp_async16;
 using mma::pack_bf16;
 
 constexpr int kThreads = 256, kM = 64, kBlocks = kD / 64;  // 9 blocks of 64 columns a row
-constexpr uint32_t kBlockBytes = 64 * 128;                  // 64 rows x 64 columns
-constexpr uint32_t kTileBytes = kBlocks * kBlockBytes;      // 73728
 static_assert(kBN == 64, "a tile is 64 keys");
 
 struct Smem {
@@ -58,12 +56,9 @@ struct Smem {
 };
 static_assert(Smem::bytes <= 227 * 1024, "shared memory of one block");
 
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
+using wgmma::bar_arrive;
+using wgmma::bar_sync;
+
 // Named barriers between the warpgroups (0 is __syncthreads).
 constexpr int kBarScale0 = 1;  // wg0 -> wg1: m0 and e^(m - m0) of this pair are in shared memory
 constexpr int kBarScale1 = 2;  // wg1 -> wg0: m1 and e^(m0 - m1)
@@ -165,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_pairs_kernel(MlaDecode
     }
 #pragma unroll
     for (int c = tid % 4; c < kChunks; c += 4)
-      cp_async16(sQ + (c / 8) * kBlockBytes + r * 128 + ((c % 8) ^ (r & 7)) * 16, src + (valid ? c * 8 : 0), valid);
+      cp_async16(sQ + tile_offset(r, c), src + (valid ? c * 8 : 0), valid);
     mbar::arrive_on_copies(bar_q);
   };
   // Tile loads: a warpgroup's thread brings 16 bytes (piece) of rows lrow + 16 i of each block it loads.
@@ -192,6 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_pairs_kernel(MlaDecode
       const int r = lrow + 16 * i;
       const bool valid = sl.s[i] >= 0;
       const uint8_t* src = cache + (valid ? int64_t(sl.s[i]) * (kD * 2) + b * 128 + piece * 16 : 0);
+      // tile_offset(r, 8 b + piece), written out: ptxas spills more registers in the loop with the call
       cp_async16(tile + b * kBlockBytes + r * 128 + ((piece ^ (r & 7)) * 16), src, valid);
     }
     mbar::arrive_on_copies(bars + b * 8);

@@ -31,8 +31,6 @@ using mma::cp_async16;
 using mma::pack_bf16;
 
 constexpr int kThreads = 256, kM = 64;
-constexpr uint32_t kBlockBytes = 64 * 128;                 // 64 rows x 64 columns
-constexpr uint32_t kTileBytes = kChunks / 8 * kBlockBytes;  // 9 blocks: 73728
 static_assert(kBN == 64 && kThreads == 4 * kBN, "4 threads load a key row");
 
 template <bool kFp8>
@@ -48,17 +46,6 @@ struct SmemLayout {
   static constexpr uint32_t bytes = row_m + kM * 4 + 1024;   // + slack to align the base to 1024
 };
 
-// Byte offset of 16-byte chunk c (of 72) of row r (of 64) in a tile or in Q.
-__device__ __forceinline__ uint32_t tile_offset(int r, int c) {
-  return uint32_t(c >> 3) * kBlockBytes + uint32_t(r) * 128 + uint32_t((c & 7) ^ (r & 7)) * 16;
-}
-
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 constexpr int kBarP = 1;  // warpgroup 0 -> 1: P and alpha of this tile are in shared memory
 
 template <bool kFp8>
@@ -212,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
             pa[j / 2][(j % 2) * 2 + 1];
       }
       wgmma::fence_async_smem();
-      bar_arrive(kBarP, kThreads);
+      wgmma::bar_arrive(kBarP, kThreads);
 
       // ---- O[:, 0:256] = O * alpha + P V
 #pragma unroll
@@ -226,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
       wgmma::fence_operand(o);
     } else {
       prefetch_row_l2(p.cache, kRowBytes, slot_after, tid % 4, 4);  // keys 32..63 of the tile after next
-      bar_sync(kBarP, kThreads);
+      wgmma::bar_sync(kBarP, kThreads);
       const float a0 = s_alpha[r0], a1 = s_alpha[r0 + 8];
       // ---- O[:, 256:512] = O * alpha + P V
 #pragma unroll

@@ -34,6 +34,15 @@ __device__ __forceinline__ void wait() {
 // wgmma's reads, which go through the async proxy; then a barrier orders them across threads.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads, for one warpgroup to hand
+// shared-memory data to another: the producer arrives (and goes on), the consumer syncs.
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Keeps the compiler from moving reads or writes of registers that an in-flight wgmma owns across
 // the issue / wait points.
 template <int N>
