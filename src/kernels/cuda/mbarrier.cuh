@@ -19,6 +19,11 @@ __device__ __forceinline__ void arrive_on_copies(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
+// Arrives on `bar` (one of its `count` arrivals), e.g. a consumer saying it is done with a buffer.
+__device__ __forceinline__ void arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
 // Waits until the phase of parity `parity` (0 for the first phase, then alternating) has completed.
 __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
   asm volatile(

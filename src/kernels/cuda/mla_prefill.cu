@@ -1,4 +1,6 @@
-// MLA prefill attention, flash-attention 2 style on mma.sync (m16n8k16 BF16, fp32 accumulators).
+// MLA prefill attention: the tile configurations (the op runs the wgmma kernel of
+// mla_prefill_wgmma.cu), and a flash-attention 2 style kernel on mma.sync (m16n8k16 BF16, fp32
+// accumulators).
 //
 // One block = (query tile of kBM rows, head, seq). Each warp owns 16 * kMRep query rows. The Q tile
 // stays in shared memory; key/value tiles of kBN rows are double-buffered with cp.async while the
@@ -25,13 +27,6 @@ using namespace mma;
 constexpr int kDqk = kMlaNope + kMlaRope;  // 192
 constexpr int kDv = kMlaV;                 // 128
 
-// 2^x on the special-function unit; -inf gives 0.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // Element offset of (row, col) in a swizzled row-major tile W elements wide; col is a multiple of 8.
 template <int W>
 __device__ __forceinline__ int swz(int row, int col) {
@@ -45,9 +40,7 @@ struct Tile {
   static constexpr size_t kSmem = size_t(kBM * kDqk + 2 * kBN * (kDqk + kDv)) * sizeof(bf16);
 };
 
-// kQRegs: Q fragments are loaded once into registers (only affordable with kMRep == 1), which
-// cuts the shared-memory reads of each tile by the Q tile.
-template <int kWarps, int kMRep, int kBN, bool kQRegs>
+template <int kWarps, int kMRep, int kBN>
 __global__ void __launch_bounds__(32 * kWarps, 1) mla_prefill_kernel(const MlaPrefillParams p) {
   pdl_wait_and_trigger();
   using Cfg = Tile<kWarps, kMRep, kBN>;
@@ -109,16 +102,6 @@ __global__ void __launch_bounds__(32 * kWarps, 1) mla_prefill_kernel(const MlaPr
     l_i[mr][0] = l_i[mr][1] = 0.0f;
   }
   const float sl2 = p.scale * 1.4426950408889634f;  // scores in log2 units
-  uint32_t qf[kQRegs ? kMRep : 1][kQRegs ? kDqk / 16 : 1][4];
-  if constexpr (kQRegs) {
-    cp_async_wait_all();
-    __syncthreads();
-#pragma unroll
-    for (int mr = 0; mr < kMRep; ++mr)
-#pragma unroll
-      for (int kk = 0; kk < kDqk / 16; ++kk)
-        ldsm_x4(qf[mr][kk], smem_u32(sQ + swz<kDqk>(wrow + mr * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8)));
-  }
 
   for (int t = 0; t < num_tiles; ++t) {
     cp_async_wait_all();
@@ -140,14 +123,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1) mla_prefill_kernel(const MlaPr
     for (int kk = 0; kk < kDqk / 16; ++kk) {
       uint32_t a[kMRep][4];
 #pragma unroll
-      for (int mr = 0; mr < kMRep; ++mr) {
-        if constexpr (kQRegs) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) a[mr][e] = qf[mr][kk][e];
-        } else {
-          ldsm_x4(a[mr], smem_u32(sQ + swz<kDqk>(wrow + mr * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8)));
-        }
-      }
+      for (int mr = 0; mr < kMRep; ++mr)
+        ldsm_x4(a[mr], smem_u32(sQ + swz<kDqk>(wrow + mr * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8)));
 #pragma unroll
       for (int np = 0; np < kBN / 16; ++np) {
         uint32_t b[4];
@@ -278,10 +255,10 @@ __global__ void __launch_bounds__(32 * kWarps, 1) mla_prefill_kernel(const MlaPr
   }
 }
 
-template <int kWarps, int kMRep, int kBN, bool kQRegs>
+template <int kWarps, int kMRep, int kBN>
 void launch_config(const MlaPrefillParams& p, cudaStream_t stream) {
   using Cfg = Tile<kWarps, kMRep, kBN>;
-  auto kernel = mla_prefill_kernel<kWarps, kMRep, kBN, kQRegs>;
+  auto kernel = mla_prefill_kernel<kWarps, kMRep, kBN>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::kSmem)));
   dim3 grid((p.max_queries + Cfg::kBM - 1) / Cfg::kBM, p.num_heads, p.num_seqs);
   launch_pdl(kernel, grid, Cfg::kThreads, Cfg::kSmem, stream, p);
@@ -292,13 +269,17 @@ struct Config {
   void (*launch)(const MlaPrefillParams&, cudaStream_t);
 };
 
+void launch_wgmma(const MlaPrefillParams& p, cudaStream_t stream) { launch_mla_prefill_wgmma(p, false, stream); }
+void launch_wgmma_ping_pong(const MlaPrefillParams& p, cudaStream_t stream) {
+  launch_mla_prefill_wgmma(p, true, stream);
+}
+
+// Config 0 is what the op runs (the fastest on an H200); the mma.sync kernel stays as a second
+// implementation the tests hold the wgmma one against.
 const Config kConfigs[] = {
-    {"w8 m32 n32", launch_config<8, 2, 32, false>},  // the fastest of these on an H200
-    {"w4 m32 n32", launch_config<4, 2, 32, false>},
-    {"w8 m16 n64", launch_config<8, 1, 64, false>},
-    {"w4 m32 n64", launch_config<4, 2, 64, false>},
-    {"w8 m16 n64 qreg", launch_config<8, 1, 64, true>},
-    {"w4 m16 n64 qreg", launch_config<4, 1, 64, true>},
+    {"wgmma", launch_wgmma},
+    {"wgmma ping-pong", launch_wgmma_ping_pong},
+    {"mma.sync w8 m32 n32", launch_config<8, 2, 32>},
 };
 
 }  // namespace

@@ -33,4 +33,7 @@ const char* mla_prefill_config_name(int config);
 
 void launch_mla_prefill(const MlaPrefillParams& p, cudaStream_t stream);
 
+// The warp-specialized wgmma kernel (mla_prefill_wgmma.cu), configs "wgmma ...".
+void launch_mla_prefill_wgmma(const MlaPrefillParams& p, bool ping_pong, cudaStream_t stream);
+
 }  // namespace mlaserve::cuda

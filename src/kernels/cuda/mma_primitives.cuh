@@ -1,5 +1,6 @@
 // The sm_80+ building blocks the tensor-core kernels share: asynchronous 16-byte copies into
-// shared memory, ldmatrix, and the BF16 m16n8k16 and e4m3 m16n8k32 MMAs with fp32 accumulators.
+// shared memory, ldmatrix, the BF16 m16n8k16 and e4m3 m16n8k32 MMAs with fp32 accumulators, and
+// the softmax's exp2.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -7,6 +8,13 @@
 #include <cstdint>
 
 namespace mlaserve::cuda::mma {
+
+// 2^x on the special-function unit; -inf gives 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
