@@ -1,14 +1,18 @@
 // Grouped expert GEMM (moe_grouped_gemm.h) on Hopper warpgroup MMA, for experts with many rows
 // (prefill): a block computes 128 rows of one expert against 256 weight rows, K in slices of 64
-// through a 4-stage cp.async ring that all 256 threads fill. Each of the two warpgroups multiplies
-// its 64 rows by the 256 weight rows with m64n256k16 from shared memory (128-byte swizzle, as the
-// ring stores them), and keeps one slice's MMAs in flight while the next slices load.
+// through a 4-stage ring in the 128-byte swizzle layout wgmma reads. The block is warp-specialized:
+// a loader warpgroup fills the ring with cp.async (each slot has a `full` mbarrier its copies
+// complete and an `empty` one the MMA warpgroups arrive on), and two MMA warpgroups each multiply
+// 64 of the rows by the 256 weight rows with m64n256k16, keeping one slice's MMAs in flight.
+// Nothing waits on a block-wide barrier, and the loader runs two slices ahead of the MMAs. The
+// loader keeps few registers and gives the rest to the MMA warpgroups.
 //
 // The 256 weight rows of a tile are weight rows n0 .. n0 + 255 for a plain product (w_hi unused),
 // or, with the silu-and-mul epilogue, 128 gate rows and the same 128 up rows: each thread then
 // holds gate and up of the same output column in its accumulators and writes silu(gate) * up.
 // With a_rows the tile's rows are read from the tokens in place, so the gather copy is skipped.
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_grouped_tiles.cuh"
@@ -23,9 +27,14 @@ using bf16 = __nv_bfloat16;
 using moe_tiles::kBK;
 using moe_tiles::swz;
 
-constexpr int kBM = 128, kBN = 256, kStages = 4, kThreads = 256;
+constexpr int kBM = 128, kBN = 256, kStages = 4, kThreads = 384;  // loader + 2 MMA warpgroups
+// The launch gives each thread 168 registers (64K / 384, rounded down to 8); the MMA warpgroups can
+// only take what the loader gives back, or setmaxnreg.inc waits forever.
+constexpr int kLaunchRegs = 168, kLoaderRegs = 88, kMmaRegs = 208;
+static_assert((kLaunchRegs - kLoaderRegs) * 128 >= (kMmaRegs - kLaunchRegs) * 256, "MMA registers over the pool");
 constexpr int kAElems = kBM * kBK, kBElems = kBN * kBK, kAcc = kBN / 2;
-constexpr size_t kSmemBytes = size_t(kStages) * (kAElems + kBElems) * sizeof(bf16) + 1024;  // + alignment slack
+constexpr size_t kRingBytes = size_t(kStages) * (kAElems + kBElems) * sizeof(bf16);
+constexpr size_t kSmemBytes = kRingBytes + 2 * kStages * 8 + 1024;  // + full and empty barriers, alignment slack
 
 // Output columns a block writes.
 __host__ __device__ constexpr int out_cols(bool silu_and_mul) { return silu_and_mul ? kBN / 2 : kBN; }
@@ -33,7 +42,8 @@ __host__ __device__ constexpr int out_cols(bool silu_and_mul) { return silu_and_
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
 // One block an SM: 4 stages of 48 KB. (128-wide tiles at two blocks an SM, which overlap one's
-// epilogue with the other's loop, ran 13-17% slower at V2-Lite's 4096-token prefill.)
+// epilogue with the other's loop, ran 13-17% slower at V2-Lite's 4096-token prefill; a persistent
+// form, each block walking tiles b, b + grid, ..., ran 19% slower.)
 template <bool kSiluAndMul>
 __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(MoeGroupedGemmParams p) {
   pdl_wait_and_trigger();
@@ -43,68 +53,71 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Moe
   // The swizzle atoms must be 1024-aligned; find_tile's static shared memory comes first.
   bf16* sa = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   bf16* sb = sa + kStages * kAElems;
+  const uint32_t full = mma::smem_u32(sa) + uint32_t(kRingBytes), empty = full + 8 * kStages;  // slot s at + 8 s
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar::init(full + 8 * s, 128);
+      mbar::init(empty + 8 * s, 256);
+    }
+  }
+  __syncthreads();
 
   const int n0 = int(blockIdx.x) * out_cols(kSiluAndMul);
-  const bf16* a = static_cast<const bf16*>(p.a);
-  const bf16* w_lo = static_cast<const bf16*>(p.w[expert]);
-  const bf16* w_hi = p.w_hi ? static_cast<const bf16*>(p.w_hi[expert]) : nullptr;
-  const int K = p.K, tid = threadIdx.x, wg = tid / 128;
-
-  // This thread's rows in the tile: row tid / 8 + 32 j, chunk tid % 8. Their sources are fixed for
-  // the whole K loop, so they are resolved once.
-  constexpr int kBLoads = kBN * 8 / kThreads, kALoads = kBM * 8 / kThreads;
-  const int chunk = tid % 8;
-  const bf16* b_src[kBLoads];
-#pragma unroll
-  for (int j = 0; j < kBLoads; ++j) {
-    const int r = tid / 8 + 32 * j;
-    // silu-and-mul: gate rows, then up rows, of output columns n0 ..
-    const int n = n0 + (kSiluAndMul ? r % (kBN / 2) : r);
-    const bf16* w = kSiluAndMul && r >= kBN / 2 ? w_hi : w_lo;
-    b_src[j] = n < p.N ? w + int64_t(n) * K + chunk * 8 : nullptr;
-  }
-  const bf16* a_src[kALoads];
-#pragma unroll
-  for (int j = 0; j < kALoads; ++j) {
-    const int r = row0 + tid / 8 + 32 * j;
-    const int64_t src_row = p.a_rows ? int64_t(p.a_rows[min(r, row_end - 1)] / p.a_rows_div) : int64_t(r);
-    a_src[j] = r < row_end ? a + src_row * p.lda + chunk * 8 : nullptr;
-  }
-  auto load_stage = [&](int stage, int kt) {
-    const bool k_ok = kt * kBK + chunk * 8 < K;
+  const int K = p.K, k_tiles = (K + kBK - 1) / kBK;
+  if (tid < 128) {  // loader: chunk tid % 8 of rows tid / 8 + 16 j of both tiles
+    wgmma::regs_dec<kLoaderRegs>();
+    const bf16* a = static_cast<const bf16*>(p.a);
+    const int chunk = tid % 8, rr = tid / 8;
+    constexpr int kALoads = kBM / 16, kBLoads = kBN / 16;
+    const bf16* w_lo = static_cast<const bf16*>(p.w[expert]);
+    const bf16* w_hi = p.w_hi ? static_cast<const bf16*>(p.w_hi[expert]) : w_lo;
+    int a_row[kALoads];  // source rows of tile rows rr + 16 j, -1 past the expert's rows
 #pragma unroll
     for (int j = 0; j < kALoads; ++j) {
-      bool ok = k_ok && a_src[j];
-      mma::cp_async16(mma::smem_u32(sa + stage * kAElems + swz(tid / 8 + 32 * j, chunk)),
-                      ok ? a_src[j] + kt * kBK : a, ok);
+      const int r = row0 + rr + 16 * j;
+      a_row[j] = r >= row_end ? -1 : p.a_rows ? p.a_rows[r] / p.a_rows_div : r;
     }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int s = kt % kStages;
+      if (kt >= kStages) mbar::wait(empty + 8 * s, ((kt / kStages) + 1) & 1);  // the slot's previous use
+      const int k = kt * kBK + chunk * 8;
+      const bool k_ok = k < K;
+      const uint32_t ta = mma::smem_u32(sa + s * kAElems + moe_tiles::swz(rr, chunk));
+      const uint32_t tb = mma::smem_u32(sb + s * kBElems + moe_tiles::swz(rr, chunk));
 #pragma unroll
-    for (int j = 0; j < kBLoads; ++j) {
-      bool ok = k_ok && b_src[j];
-      mma::cp_async16(mma::smem_u32(sb + stage * kBElems + swz(tid / 8 + 32 * j, chunk)),
-                      ok ? b_src[j] + kt * kBK : w_lo, ok);
+      for (int j = 0; j < kALoads; ++j) {  // row rr + 16 j keeps rr's swizzle
+        const bool ok = k_ok && a_row[j] >= 0;
+        mma::cp_async16(ta + j * 16 * kBK * 2, ok ? a + int64_t(a_row[j]) * p.lda + k : a, ok);
+      }
+#pragma unroll
+      for (int j = 0; j < kBLoads; ++j) {
+        // silu-and-mul: gate rows (w_lo), then up rows (w_hi), of output columns n0 ..
+        const bool hi = kSiluAndMul && j >= kBLoads / 2;
+        const int n = n0 + rr + 16 * (hi ? j - kBLoads / 2 : j);
+        const bool ok = k_ok && n < p.N;
+        mma::cp_async16(tb + j * 16 * kBK * 2, ok ? (hi ? w_hi : w_lo) + int64_t(n) * K + k : w_lo, ok);
+      }
+      mbar::arrive_on_copies(full + 8 * s);
     }
-  };
+    mma::cp_async_wait<0>();
+    return;
+  }
 
+  wgmma::regs_inc<kMmaRegs>();
+  const int wg = tid / 128 - 1;  // MMA warpgroup: rows 64 wg .. 64 wg + 63 of the tile
+  const int lane = tid % 32, warp = (tid / 32) % 4;
   float acc[kAcc];
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
-  const int k_tiles = (K + kBK - 1) / kBK;
-  // Ring: slice kt is in slot kt % kStages. The kStages - 2 slices after kt are loading while kt is
-  // multiplied and kt - 1's MMAs may still run, so the slot refilled at step kt is kt - 2's.
-#pragma unroll
-  for (int s = 0; s < kStages - 2; ++s) {
-    if (s < k_tiles) load_stage(s, s);
-    mma::cp_async_commit();
-  }
+  // One slice's MMAs stay in flight while the next slice is waited for and issued; a slot goes
+  // back to the loader once the MMAs that read it are done.
   for (int kt = 0; kt < k_tiles; ++kt) {
-    mma::cp_async_wait<kStages - 3>();
-    wgmma::fence_async_smem();
-    __syncthreads();  // slice kt is in for all threads; both warpgroups are done with slice kt - 2
-    if (kt + kStages - 2 < k_tiles) load_stage((kt + kStages - 2) % kStages, kt + kStages - 2);
-    mma::cp_async_commit();
-    const uint32_t ta = mma::smem_u32(sa + (kt % kStages) * kAElems + wg * 64 * kBK);
-    const uint32_t tb = mma::smem_u32(sb + (kt % kStages) * kBElems);
+    const int s = kt % kStages;
+    mbar::wait(full + 8 * s, (kt / kStages) & 1);
+    wgmma::fence_async_smem();  // the copies landed through the generic proxy; wgmma reads through the async one
+    const uint32_t ta = mma::smem_u32(sa + s * kAElems + wg * 64 * kBK);
+    const uint32_t tb = mma::smem_u32(sb + s * kBElems);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk)
@@ -113,15 +126,14 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Moe
     wgmma::commit();
     wgmma::wait<1>();
     wgmma::fence_operand(acc);
+    if (kt > 0) mbar::arrive(empty + 8 * ((kt - 1) % kStages));
   }
   wgmma::wait<0>();
   wgmma::fence_operand(acc);
-  mma::cp_async_wait<0>();
 
   // acc[4j + e]: row 16 (warp % 4) + lane / 4 (+ 8 for e >= 2) of this warpgroup's 64, column
   // 8j + 2 (lane % 4) + e % 2 of the kBN.
   bf16* c = static_cast<bf16*>(p.c);
-  const int lane = tid % 32, warp = (tid / 32) % 4;
   constexpr int kUp = kBN / 16;  // silu-and-mul: up of column group j is group j + kUp
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
