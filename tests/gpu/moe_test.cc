@@ -118,7 +118,7 @@ TEST_F(Moe, RouteWithFusedSharedExpertsMatchesTheReference) {
 // (in pair order within an expert), each pair's position; ids outside [0, E) are left out (-1).
 TEST_F(Moe, AlignSortsPairsStablyByExpert) {
   for (int32_t E : {1, 8, 64, 257, 512})
-    for (int32_t P : {1, 37, 5000, 24576}) {
+    for (int32_t P : {1, 37, 5000, 8192, 24576, 70001}) {
       Tensor ids = Tensor::empty(DType::I32, {P});
       for (int32_t i = 0; i < P; ++i) {
         uint64_t h = hash64(seed + uint64_t(E) * 7 + uint64_t(P), uint64_t(i));
@@ -134,16 +134,23 @@ TEST_F(Moe, AlignSortsPairsStablyByExpert) {
           }
       }
       want_off[size_t(E)] = int32_t(want_sorted.size());
-      Tensor ids_d = gpu.to_device(ids), off = poisoned(gpu, DType::I32, {E + 1});
-      Tensor sorted = poisoned(gpu, DType::I32, {P}), pos = poisoned(gpu, DType::I32, {P});
-      cuda::launch_moe_align(ids_d.data<int32_t>(), P, E, off.data<int32_t>(), sorted.data<int32_t>(),
-                             pos.data<int32_t>(), gpu.stream());
-      Tensor off_h = gpu.to_host(off), sorted_h = gpu.to_host(sorted), pos_h = gpu.to_host(pos);
-      int64_t wrong = 0;
-      for (int32_t e = 0; e <= E; ++e) wrong += off_h.data<int32_t>()[e] != want_off[size_t(e)];
-      for (size_t i = 0; i < want_sorted.size(); ++i) wrong += sorted_h.data<int32_t>()[i] != want_sorted[i];
-      for (int32_t i = 0; i < P; ++i) wrong += pos_h.data<int32_t>()[i] != want_pos[size_t(i)];
-      EXPECT_EQ(wrong, 0) << "E=" << E << " P=" << P;
+      Tensor ids_d = gpu.to_device(ids);
+      // One block, then (where P is large enough) many blocks with the scratch.
+      const int64_t scratch_ints = cuda::moe_align_scratch_ints(P, E);
+      Tensor scratch = gpu.empty(DType::I32, {std::max<int64_t>(scratch_ints, 1)});
+      for (bool multi : {false, true}) {
+        if (multi && scratch_ints == 0) continue;
+        Tensor off = poisoned(gpu, DType::I32, {E + 1});
+        Tensor sorted = poisoned(gpu, DType::I32, {P}), pos = poisoned(gpu, DType::I32, {P});
+        cuda::launch_moe_align(ids_d.data<int32_t>(), P, E, off.data<int32_t>(), sorted.data<int32_t>(),
+                               pos.data<int32_t>(), gpu.stream(), multi ? scratch.data<int32_t>() : nullptr);
+        Tensor off_h = gpu.to_host(off), sorted_h = gpu.to_host(sorted), pos_h = gpu.to_host(pos);
+        int64_t wrong = 0;
+        for (int32_t e = 0; e <= E; ++e) wrong += off_h.data<int32_t>()[e] != want_off[size_t(e)];
+        for (size_t i = 0; i < want_sorted.size(); ++i) wrong += sorted_h.data<int32_t>()[i] != want_sorted[i];
+        for (int32_t i = 0; i < P; ++i) wrong += pos_h.data<int32_t>()[i] != want_pos[size_t(i)];
+        EXPECT_EQ(wrong, 0) << "E=" << E << " P=" << P << (multi ? " (many blocks)" : " (one block)");
+      }
     }
 }
 

@@ -217,11 +217,32 @@ __global__ void __launch_bounds__(kThreads) down_kernel(MoeDecodeParams p) {
 constexpr int kAlignThreads = 512, kAlignWarps = kAlignThreads / 32;  // counts: 32 KB of shared memory
 constexpr int kAlignBatch = 8;
 static_assert(kAlignThreads >= kMaxExperts, "one expert a thread in the scan");
+// Thread e of a kAlignThreads block holds expert e's pair count (0 past E): returns its first
+// sorted position (the exclusive scan over experts: shuffles within a warp, then the warp totals)
+// and writes offsets[0..E].
+__device__ int expert_offsets(int total, int E, int32_t* offsets) {
+  __shared__ int32_t s_warp_total[kAlignWarps];
+  const int e = threadIdx.x, lane = e % 32, warp = e / 32;
+  int incl = total;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    int v = __shfl_up_sync(kFull, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) s_warp_total[warp] = incl;
+  __syncthreads();
+  int start = incl - total;
+  for (int w = 0; w < warp; ++w) start += s_warp_total[w];
+  if (E == 0 && e == 0) offsets[0] = 0;
+  if (e < E) offsets[e] = start;
+  if (e == E - 1) offsets[E] = start + total;
+  return start;
+}
+
 __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids, int P, int E, int32_t* offsets,
                                                               int32_t* sorted, int32_t* pos) {
   pdl_wait_and_trigger();
   __shared__ int32_t s_wc[kAlignWarps][kMaxExperts];
-  __shared__ int32_t s_warp_total[kAlignWarps];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   for (int i = tid; i < kAlignWarps * kMaxExperts; i += kAlignThreads) (&s_wc[0][0])[i] = 0;
   __syncthreads();
@@ -248,26 +269,13 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids
     }
   }
   __syncthreads();
-  // Thread e: expert e's total, the exclusive scan of the totals over experts (shuffles within a
-  // warp, then the warp totals), and the warps' first positions.
+  // Thread e: expert e's total, then the warps' first positions.
   const int e = tid;
   int total = 0;
   if (e < E)
     for (int w = 0; w < kAlignWarps; ++w) total += s_wc[w][e];
-  int incl = total;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    int v = __shfl_up_sync(kFull, incl, o);
-    if (lane >= o) incl += v;
-  }
-  if (lane == 31) s_warp_total[warp] = incl;
-  __syncthreads();
-  int start = incl - total;
-  for (int w = 0; w < warp; ++w) start += s_warp_total[w];
-  if (E == 0 && tid == 0) offsets[0] = 0;
+  int start = expert_offsets(total, E, offsets);
   if (e < E) {
-    offsets[e] = start;
-    if (e == E - 1) offsets[E] = start + total;
     for (int w = 0; w < kAlignWarps; ++w) {
       int c = s_wc[w][e];
       s_wc[w][e] = start;
@@ -293,6 +301,84 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids
         pos[p] = q;
       }
     }
+  }
+}
+
+// The same sort over many blocks, for prefill-sized batches: block b takes pairs
+// [b kAlignChunk, (b + 1) kAlignChunk). align_count_kernel counts each block's experts,
+// align_scan_kernel turns the counts [B][E] into each block's first position per expert (and the
+// offsets), and align_scatter_kernel walks each block's pairs in steps of kAlignThreads, placing a
+// pair after its expert's pairs of earlier blocks, steps, warps and lanes.
+constexpr int kAlignChunk = 2048, kAlignMultiMin = 8192;
+
+__global__ void __launch_bounds__(kAlignThreads) align_count_kernel(const int32_t* ids, int P, int E,
+                                                                    int32_t* counts) {
+  pdl_wait_and_trigger();
+  __shared__ int32_t s_hist[kMaxExperts];
+  const int tid = threadIdx.x;
+  for (int e = tid; e < E; e += kAlignThreads) s_hist[e] = 0;
+  __syncthreads();
+  const int begin = int(blockIdx.x) * kAlignChunk, end = min(P, begin + kAlignChunk);
+  for (int p = begin + tid; p < end; p += kAlignThreads) {
+    const int e = ids[p];
+    if (e >= 0 && e < E) atomicAdd(&s_hist[e], 1);
+  }
+  __syncthreads();
+  for (int e = tid; e < E; e += kAlignThreads) counts[int64_t(blockIdx.x) * E + e] = s_hist[e];
+}
+
+__global__ void __launch_bounds__(kAlignThreads) align_scan_kernel(int32_t* counts, int B, int E, int32_t* offsets) {
+  pdl_wait_and_trigger();
+  const int e = threadIdx.x;
+  int total = 0;  // expert e's pairs in blocks before b, then in all
+  if (e < E)
+    for (int b = 0; b < B; ++b) {
+      const int c = counts[int64_t(b) * E + e];
+      counts[int64_t(b) * E + e] = total;
+      total += c;
+    }
+  const int start = expert_offsets(total, E, offsets);
+  if (e < E)
+    for (int b = 0; b < B; ++b) counts[int64_t(b) * E + e] += start;
+}
+
+__global__ void __launch_bounds__(kAlignThreads) align_scatter_kernel(const int32_t* ids, int P, int E,
+                                                                      const int32_t* first, int32_t* sorted,
+                                                                      int32_t* pos) {
+  pdl_wait_and_trigger();
+  __shared__ int32_t s_wc[kAlignWarps][kMaxExperts];  // a step's pairs of each expert, per warp
+  __shared__ int32_t s_next[kMaxExperts];             // the next position of each expert
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  for (int i = tid; i < kAlignWarps * kMaxExperts; i += kAlignThreads) (&s_wc[0][0])[i] = 0;
+  if (tid < E) s_next[tid] = first[int64_t(blockIdx.x) * E + tid];
+  __syncthreads();
+  const int begin = int(blockIdx.x) * kAlignChunk, end = min(P, begin + kAlignChunk);
+  for (int p0 = begin; p0 < end; p0 += kAlignThreads) {
+    const int p = p0 + tid, ex = p < end ? ids[p] : -1;
+    const bool valid = ex >= 0 && ex < E;
+    const unsigned peers = __match_any_sync(kFull, valid ? ex : -1);
+    const int lower = __popc(peers & ((1u << lane) - 1));
+    if (valid && lower == 0) s_wc[warp][ex] = __popc(peers);
+    __syncthreads();
+    if (p < end) {
+      int q = -1;
+      if (valid) {
+        q = s_next[ex] + lower;
+        for (int w = 0; w < warp; ++w) q += s_wc[w][ex];
+        sorted[q] = p;
+      }
+      pos[p] = q;
+    }
+    __syncthreads();
+    if (tid < E) {
+      int step = 0;
+      for (int w = 0; w < kAlignWarps; ++w) {
+        step += s_wc[w][tid];
+        s_wc[w][tid] = 0;
+      }
+      s_next[tid] += step;
+    }
+    __syncthreads();
   }
 }
 
@@ -402,9 +488,21 @@ void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s) {
              decode_grid(p, p.hidden), kThreads, 0, s, p);
 }
 
+int64_t moe_align_scratch_ints(int32_t num_pairs, int32_t num_experts) {
+  return num_pairs >= kAlignMultiMin ? int64_t((num_pairs + kAlignChunk - 1) / kAlignChunk) * num_experts : 0;
+}
+
 void launch_moe_align(const int32_t* ids, int32_t num_pairs, int32_t num_experts, int32_t* offsets,
-                      int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s) {
+                      int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s, int32_t* scratch) {
   MLA_CHECK(num_experts <= kMaxExperts, "moe align: {} experts, at most {}", num_experts, kMaxExperts);
+  if (scratch != nullptr && moe_align_scratch_ints(num_pairs, num_experts) > 0) {
+    const int blocks = (num_pairs + kAlignChunk - 1) / kAlignChunk;
+    launch_pdl(align_count_kernel, blocks, kAlignThreads, 0, s, ids, num_pairs, num_experts, scratch);
+    launch_pdl(align_scan_kernel, 1, kAlignThreads, 0, s, scratch, blocks, num_experts, offsets);
+    launch_pdl(align_scatter_kernel, blocks, kAlignThreads, 0, s, ids, num_pairs, num_experts,
+               static_cast<const int32_t*>(scratch), sorted_pairs, pair_pos);
+    return;
+  }
   launch_pdl(align_kernel, 1, kAlignThreads, 0, s, ids, num_pairs, num_experts, offsets, sorted_pairs, pair_pos);
 }
 
