@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids
 // align_scan_kernel turns the counts [B][E] into each block's first position per expert (and the
 // offsets), and align_scatter_kernel walks each block's pairs in steps of kAlignThreads, placing a
 // pair after its expert's pairs of earlier blocks, steps, warps and lanes.
-constexpr int kAlignChunk = 2048, kAlignMultiMin = 8192;
+constexpr int kAlignChunk = 1024, kAlignMultiMin = 4096;
 
 __global__ void __launch_bounds__(kAlignThreads) align_count_kernel(const int32_t* ids, int P, int E,
                                                                     int32_t* counts) {
