@@ -15,6 +15,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mla_prefill.h"
+#include "kernels/cuda/mla_prefill_tile.cuh"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -45,15 +46,10 @@ __global__ void __launch_bounds__(32 * kWarps, 1) mla_prefill_kernel(const MlaPr
   pdl_wait_and_trigger();
   using Cfg = Tile<kWarps, kMRep, kBN>;
   constexpr int kBM = Cfg::kBM, kThreads = Cfg::kThreads;
-  const int seq = blockIdx.z, head = blockIdx.y;
-  const int q0 = p.query_start[seq], nq = p.query_start[seq + 1] - q0;
-  const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;  // the late (longest) query tiles start first
-  if (m0 >= nq) return;
-  const int seq_len = p.seq_lens[seq], k_base = p.kv_start[seq];
-  const int prefix = seq_len - nq;
-  const int rows = min(kBM, nq - m0);
-  const int kv_end = prefix + m0 + rows;  // keys [0, kv_end) are seen by some query of the tile
-  const int num_tiles = (kv_end + kBN - 1) / kBN;
+  MlaPrefillTile tl;
+  if (!mla_prefill_tile<kBM, kBN>(p, tl)) return;
+  const int head = tl.head, q0 = tl.q0, m0 = tl.m0, rows = tl.rows, k_base = tl.k_base;
+  const int prefix = tl.prefix, kv_end = tl.kv_end, num_tiles = tl.num_tiles;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // [kBM, 192]

@@ -22,6 +22,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mla_prefill.h"
+#include "kernels/cuda/mla_prefill_tile.cuh"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -69,15 +70,10 @@ __device__ __forceinline__ void load_part(uint32_t dst, const bf16* src, int64_t
 template <bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1) mla_prefill_wgmma_kernel(const MlaPrefillParams p) {
   pdl_wait_and_trigger();
-  const int seq = blockIdx.z, head = blockIdx.y;
-  const int q0 = p.query_start[seq], nq = p.query_start[seq + 1] - q0;
-  const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;  // the late (longest) query tiles start first
-  if (m0 >= nq) return;
-  const int seq_len = p.seq_lens[seq], k_base = p.kv_start[seq];
-  const int prefix = seq_len - nq;
-  const int rows = min(kBM, nq - m0);
-  const int kv_end = prefix + m0 + rows;  // keys [0, kv_end) are seen by some query of the tile
-  const int num_tiles = (kv_end + kBN - 1) / kBN;
+  MlaPrefillTile tl;
+  if (!mla_prefill_tile<kBM, kBN>(p, tl)) return;
+  const int head = tl.head, q0 = tl.q0, m0 = tl.m0, rows = tl.rows, k_base = tl.k_base;
+  const int prefix = tl.prefix, kv_end = tl.kv_end, num_tiles = tl.num_tiles;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t sQ = smem_u32(smem_raw);
