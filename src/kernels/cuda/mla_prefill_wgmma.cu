@@ -39,10 +39,8 @@ using mma::smem_u32;
 
 constexpr int kBM = 128, kBN = 128;  // query rows, keys a tile
 constexpr int kThreads = 384;        // loader + 2 MMA warpgroups
-// Registers a thread: the launch gives each 168 (64K / 384, rounded down to 8); the MMA warpgroups
-// can only take what the loader gives back, or setmaxnreg.inc waits forever.
-constexpr int kLaunchRegs = 168, kLoaderRegs = 64, kMmaRegs = 216;
-static_assert((kLaunchRegs - kLoaderRegs) * 128 >= (kMmaRegs - kLaunchRegs) * 256, "MMA registers over the pool");
+constexpr int kLoaderRegs = 64, kMmaRegs = 216;  // setmaxnreg split, loader / MMA warpgroups
+static_assert(wgmma::regs_split_fits(2, kLoaderRegs, kMmaRegs), "MMA registers over the loader's");
 constexpr int kBlockBytes = 128 * 128;           // one 64-column block of 128 rows
 constexpr int kQBytes = 3 * kBlockBytes, kKBytes = 3 * kBlockBytes, kVBytes = 2 * kBlockBytes;
 constexpr int kStageBytes = kKBytes + kVBytes;

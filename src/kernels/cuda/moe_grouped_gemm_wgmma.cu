@@ -28,10 +28,8 @@ using moe_tiles::kBK;
 using moe_tiles::swz;
 
 constexpr int kBM = 128, kBN = 256, kStages = 4, kThreads = 384;  // loader + 2 MMA warpgroups
-// The launch gives each thread 168 registers (64K / 384, rounded down to 8); the MMA warpgroups can
-// only take what the loader gives back, or setmaxnreg.inc waits forever.
-constexpr int kLaunchRegs = 168, kLoaderRegs = 88, kMmaRegs = 208;
-static_assert((kLaunchRegs - kLoaderRegs) * 128 >= (kMmaRegs - kLaunchRegs) * 256, "MMA registers over the pool");
+constexpr int kLoaderRegs = 88, kMmaRegs = 208;  // setmaxnreg split, loader / MMA warpgroups
+static_assert(wgmma::regs_split_fits(2, kLoaderRegs, kMmaRegs), "MMA registers over the loader's");
 constexpr int kAElems = kBM * kBK, kBElems = kBN * kBK, kAcc = kBN / 2;
 constexpr size_t kRingBytes = size_t(kStages) * (kAElems + kBElems) * sizeof(bf16);
 constexpr size_t kSmemBytes = kRingBytes + 2 * kStages * 8 + 1024;  // + full and empty barriers, alignment slack

@@ -55,6 +55,15 @@ __device__ __forceinline__ void regs_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
+// Whether a block of one loader warpgroup and `mma_groups` MMA warpgroups, launched at one block an
+// SM, can run regs_dec<loader> / regs_inc<mma>: the launch gives each thread 64K / threads
+// registers (rounded down to 8), and the MMA warpgroups can only take what the loader gives back,
+// or setmaxnreg.inc waits forever.
+constexpr bool regs_split_fits(int mma_groups, int loader, int mma) {
+  const int launch = 65536 / (128 * (mma_groups + 1)) / 8 * 8;
+  return loader <= launch && mma >= launch && (launch - loader) >= (mma - launch) * mma_groups;
+}
+
 // Keeps the compiler from moving reads or writes of registers that an in-flight wgmma owns across
 // the issue / wait points.
 template <int N>
