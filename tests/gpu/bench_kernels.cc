@@ -21,6 +21,7 @@
 #include "kernels/cuda/moe_grouped_gemm_fp8.h"
 #include "kernels/cuda/mla_decode.h"
 #include "kernels/cuda/mla_prefill.h"
+#include "kernels/cuda/mla_absorb.h"
 #include "kernels/cuda/skinny_gemm.h"
 #include "model/absorbed_weights.h"
 
@@ -158,6 +159,7 @@ void bench_mla_absorb(cuda::CudaBackend& gpu, const FlopRowFn& flop_row, const F
       fp8.push_back(make_absorbed_weights(random_fp8_host(H * 256, 512, 70 + i), H, 128, 128, gpu));
     }
     const double fp8_w_bytes = double(w_bytes) / 2 + 4.0 * double(H * 4);
+    cuda::MlaAbsorbRunner absorb_runner;
     for (int64_t T : {1, 8, 32, 64, 128, 256, 4096}) {
       Tensor q = filled_bf16({T, H, 192}, 60), q_latent = gpu.empty(DType::BF16, {T, H, 576});
       Tensor latent = filled_bf16({T, H, 512}, 61), out = gpu.empty(DType::BF16, {T, H, 128});
@@ -169,6 +171,27 @@ void bench_mla_absorb(cuda::CudaBackend& gpu, const FlopRowFn& flop_row, const F
       flop_row("mla_absorb_q", shape, ms, flops, double(w_bytes) + q_io);
       ms = time_ms([&](int i) { gpu.mla_absorb_out(latent, w_uv[i % n_sets], out); });
       flop_row("mla_absorb_out", shape, ms, flops, double(w_bytes) + out_io);
+      if (T == 8 && H <= cuda::kMlaAbsorbFewMaxHeads) {  // the few-token kernels (the default) against the GEMMs
+        for (int64_t t : {1, 2, 4, 8}) {
+          cuda::MlaAbsorbQParams qp{q.raw(), q.raw(), nullptr, q_latent.raw(), q.stride(0), q.stride(1), q.stride(0),
+                                    q.stride(1), q_latent.stride(0), q_latent.stride(1), t, H, 128, 64, 512};
+          qp.q_pe = static_cast<const char*>(q.raw()) + 128 * 2;
+          cuda::MlaAbsorbOutParams op{latent.raw(), nullptr, out.raw(), latent.stride(0), latent.stride(1),
+                                      out.stride(0), out.stride(1), t, H, 128, 512};
+          for (bool few : {true, false}) {
+            absorb_runner.few_token_kernels = few;
+            const std::string form = few ? "few-token" : "GEMM";
+            flop_row("  absorb_q " + form, fmt::format("T={} H={}", t, H), time_ms([&](int i) {
+                       qp.w_uk = w_uk[i % n_sets].raw();
+                       absorb_runner.absorb_q(qp, gpu.stream());
+                     }), flops * double(t) / double(T), double(w_bytes));
+            flop_row("  absorb_out " + form, fmt::format("T={} H={}", t, H), time_ms([&](int i) {
+                       op.w_uv = w_uv[i % n_sets].raw();
+                       absorb_runner.absorb_out(op, gpu.stream());
+                     }), flops * double(t) / double(T), double(w_bytes));
+          }
+        }
+      }
       if (T > 256) continue;  // the absorbed form runs decode batches
       for (bool is_q : {true, false}) {
         auto launch = [&](int i, const cuda::SkinnyFp8Config* c) {

@@ -213,9 +213,9 @@ TEST_F(CudaOps, LinearOverDeepSeekShapes) {
   struct Shape3 {
     int64_t N, K;
   };
-  // V3: q_a, q_b, kv_a, kv_b, o (TP1); V2-Lite: q, expert gate; odd sizes.
+  // V3: q_a, q_b, kv_a, kv_b, o (TP1); V2-Lite: q, expert gate, router; odd sizes.
   std::vector<Shape3> shapes = {{1536, 7168}, {24576, 1536}, {576, 7168}, {32768, 512}, {7168, 16384},
-                                {3072, 2048},  {1408, 2048},   {1000, 136}};
+                                {3072, 2048},  {1408, 2048},   {64, 2048},  {1000, 136}};
   for (auto [N, K] : shapes) {
     for (int64_t T : {1, 7, 8, 9, 64}) {  // <= 8: the skinny kernel (split-K for narrow N); else cuBLASLt
       Tensor x = random_f32({T, K}, seed + N + T), w = random_f32({N, K}, seed + K, 1.0f / std::sqrt(float(K)));

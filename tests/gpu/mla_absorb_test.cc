@@ -1,5 +1,6 @@
 // CUDA mla_absorb_q / mla_absorb_out against the CPU reference, with q_nope and q_pe as the
-// model's views of q [T, H, 192] and the latent as a view, for 16 and 128 heads and odd T; and
+// model's views of q [T, H, 192] and the latent as a view, for 16 and 128 heads and odd T (the
+// few-token kernels up to 256 token-heads, cuBLASLt past that); and
 // their FP8 forms (the FP8 BMM) on weights cut from an FP8 kv_b_proj, in every launch.
 #include "gpu_test_util.h"
 
@@ -18,7 +19,7 @@ constexpr int64_t kNope = 128, kRope = 64, kLora = 512, kV = 128;
 
 TEST_F(MlaAbsorb, QueryIntoLatent) {
   for (int64_t H : {16, 128}) {
-    for (int64_t T : {1, 7, 20, 130}) {
+    for (int64_t T : {1, 2, 4, 7, 8, 20, 130}) {
       Tensor q = random_f32({T, H, kNope + kRope}, seed + T * H), w = random_f32({H, kNope, kLora}, seed + H, 0.05f);
       Tensor q_nope = q.narrow(2, 0, kNope), q_pe = q.narrow(2, kNope, kRope);
       Tensor want = Tensor::empty(DType::F32, {T, H, kLora + kRope});
@@ -43,7 +44,7 @@ TEST_F(MlaAbsorb, QueryIntoLatent) {
 
 TEST_F(MlaAbsorb, LatentOutToValues) {
   for (int64_t H : {16, 128}) {
-    for (int64_t T : {1, 7, 20, 130}) {
+    for (int64_t T : {1, 2, 4, 7, 8, 20, 130}) {
       for (bool strided : {false, true}) {
         // strided: the latent sits in the first 512 of 576-wide rows
         int64_t width = strided ? kLora + kRope : kLora;

@@ -182,9 +182,16 @@ template <int VPT, class W>
 __global__ void __launch_bounds__(256) rmsnorm_vec_kernel(const bf16* x, int64_t x_ld, bf16* residual,
                                                           int64_t res_ld, const W* w, float eps, int64_t D,
                                                           bf16* out, int64_t out_ld) {
-  pdl_wait_and_trigger();
   const int64_t row = blockIdx.x;
   const int nv = int(D / kVec);
+  // The weight is no kernel's output: its loads overlap the kernel before (a row is latency-bound).
+  float wf[VPT][kVec];
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    int c = threadIdx.x + j * blockDim.x;
+    if (c < nv) load8(w, c, wf[j]);
+  }
+  pdl_wait_and_trigger();
   const uint4* xr = reinterpret_cast<const uint4*>(x + row * x_ld);
   uint4 raw[VPT];
 #pragma unroll
@@ -233,10 +240,9 @@ __global__ void __launch_bounds__(256) rmsnorm_vec_kernel(const bf16* x, int64_t
   for (int j = 0; j < VPT; ++j) {
     int c = threadIdx.x + j * blockDim.x;
     if (c < nv) {
-      float wf[kVec], r[kVec];
-      load8(w, c, wf);
+      float r[kVec];
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) r[k] = wf[k] * (v[j][k] * inv);
+      for (int k = 0; k < kVec; ++k) r[k] = wf[j][k] * (v[j][k] * inv);
       o[c] = pack8(r);
     }
   }

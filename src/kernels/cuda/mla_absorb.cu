@@ -105,7 +105,7 @@ void MlaAbsorbRunner::run(const Gemm& g, cudaStream_t stream) {
 // Row-major q_latent_h[T, L] = q_nope_h[T, nope] · w_uk[h][nope, L] is, column-major,
 // C[L, T] = W[L, nope] (w_uk[h] read as column-major, ld L) · X[nope, T] (ld = the token stride).
 void MlaAbsorbRunner::absorb_q(const MlaAbsorbQParams& p, cudaStream_t stream) {
-  if (p.T == 0) return;
+  if (p.T == 0 || (few_token_kernels && launch_mla_absorb_q_few(p, stream))) return;
   run({false, p.L, p.T, p.nope, p.H, p.w_uk, p.L, p.nope * p.L, p.q_nope, p.qn_st0, p.qn_st1, p.q_latent, p.ql_st0,
        p.ql_st1},
       stream);
@@ -115,7 +115,7 @@ void MlaAbsorbRunner::absorb_q(const MlaAbsorbQParams& p, cudaStream_t stream) {
 // Row-major out_h[T, V] = latent_h[T, L] · w_uv[h][V, L]^T is, column-major,
 // C[V, T] = op_T(W[L, V] as stored, ld L) · X[L, T] (ld = the token stride).
 void MlaAbsorbRunner::absorb_out(const MlaAbsorbOutParams& p, cudaStream_t stream) {
-  if (p.T == 0) return;
+  if (p.T == 0 || (few_token_kernels && launch_mla_absorb_out_few(p, stream))) return;
   run({true, p.V, p.T, p.L, p.H, p.w_uv, p.L, p.V * p.L, p.latent, p.lat_st0, p.lat_st1, p.out, p.o_st0, p.o_st1},
       stream);
 }

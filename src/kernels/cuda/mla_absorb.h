@@ -1,5 +1,6 @@
 // The absorbed MLA projections as strided-batched BF16 GEMMs over heads (cuBLASLt, fp32
-// accumulation), plus the copy of the rope part of the query into the latent query.
+// accumulation), plus the copy of the rope part of the query into the latent query; a decode
+// step's few tokens take weight-streaming kernels instead (fp32 accumulation too).
 //   absorb_q:   q_latent[t, h, :L] = q_nope[t, h] · w_uk[h];  q_latent[t, h, L:] = q_pe[t, h]
 //   absorb_out: out[t, h] = w_uv[h] · latent[t, h]
 // with nope = v = 128, L = kv_lora = 512, rope = 64 for DeepSeek.
@@ -34,6 +35,18 @@ struct MlaAbsorbOutParams {
 // q_latent[t, h, L + r] = q_pe[t, h, r]: one 16-byte chunk a thread when rope % 8 == 0.
 void launch_copy_q_pe(const MlaAbsorbQParams& p, cudaStream_t stream);
 
+// The few-token forms (mla_absorb_few.cu), which MlaAbsorbRunner runs when they take the call:
+// T <= 8, H <= 32, nope <= 128, L a multiple of 64 (absorb_q) or at most 512 and rows 16-byte
+// aligned (absorb_out), weights 16-byte aligned. They return false, having launched nothing,
+// otherwise. Up to 32 heads their 8 blocks a head are one wave; more waves (128 heads: 1024
+// blocks) lost in a decode step to the attention kernel launched behind them (PDL), whose
+// persistent CTAs take SMs as the first wave leaves (H200: V3 dims, batch 1, +0.08 ms a step,
+// though each kernel alone took half the GEMM's time).
+constexpr int64_t kMlaAbsorbFewMaxTokens = 8, kMlaAbsorbFewMaxHeads = 32, kMlaAbsorbFewMaxNope = 128,
+                  kMlaAbsorbFewMaxL = 512;
+bool launch_mla_absorb_q_few(const MlaAbsorbQParams& p, cudaStream_t stream);
+bool launch_mla_absorb_out_few(const MlaAbsorbOutParams& p, cudaStream_t stream);
+
 // Owns a cuBLASLt handle, a workspace and the algorithm chosen per shape.
 class MlaAbsorbRunner {
  public:
@@ -43,6 +56,10 @@ class MlaAbsorbRunner {
 
   void absorb_q(const MlaAbsorbQParams& p, cudaStream_t stream);
   void absorb_out(const MlaAbsorbOutParams& p, cudaStream_t stream);
+
+  // Calls the few-token kernels take run on them (H200, bench_kernels --only mla_absorb, 16 heads,
+  // 1 token: absorb_q 3.8 us against the GEMM's 11.3). Benchmarks: false forces the GEMMs.
+  bool few_token_kernels = true;
 
  private:
   // Column-major, as cuBLASLt sees it, per batch b: C_b[m, n] = op(A_b)[m, k] · B_b[k, n], A

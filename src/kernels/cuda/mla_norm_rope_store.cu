@@ -24,6 +24,16 @@ __device__ __forceinline__ float weight(const float* w, int i) { return w[i]; }
 // row and the cache; then every thread rotates pairs: q_pe's heads 0..H-1, and k_pe as head H.
 template <class W, bool kFp8>
 __global__ void __launch_bounds__(kThreads) mla_norm_rope_store_kernel(MlaNormRopeStoreParams p, const W* norm) {
+  // The norm's weight is no kernel's output: warp 0 loads it while the kernel before runs.
+  float wn[kMaxVecPerLane][8];
+  if (threadIdx.x < 32) {
+#pragma unroll
+    for (int j = 0; j < kMaxVecPerLane; ++j) {
+      const int c = threadIdx.x + 32 * j;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) wn[j][k] = 8 * c < p.kv_lora ? weight(norm, 8 * c + k) : 0.0f;
+    }
+  }
   pdl_wait_and_trigger();
   const int t = blockIdx.x;
   bf16* row = static_cast<bf16*>(p.latent) + int64_t(t) * p.latent_ld;
@@ -57,8 +67,7 @@ __global__ void __launch_bounds__(kThreads) mla_norm_rope_store_kernel(MlaNormRo
       __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        h[k] = __floats2bfloat162_rn(weight(norm, 8 * c + 2 * k) * (v[j][2 * k] * inv),
-                                     weight(norm, 8 * c + 2 * k + 1) * (v[j][2 * k + 1] * inv));
+        h[k] = __floats2bfloat162_rn(wn[j][2 * k] * (v[j][2 * k] * inv), wn[j][2 * k + 1] * (v[j][2 * k + 1] * inv));
       reinterpret_cast<uint4*>(row)[c] = out;
       if constexpr (kFp8) {
         uint32_t q[2] = {0, 0};
