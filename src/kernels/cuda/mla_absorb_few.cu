@@ -1,6 +1,7 @@
 // The absorbed MLA projections for a decode step's few tokens (mla_absorb.h): the heads' weights
 // (2 MB at 16 heads) are streamed once, each block's share loaded into registers before
-// pdl_wait(), so the loads overlap the kernel before (a batched GEMM's tiles cost 4 us here, H200).
+// pdl_wait(), so the loads overlap the kernel before (cuBLASLt's batched GEMM took 2-3x as long
+// at 16 heads, H200).
 //   absorb_q:   block (h, 64-column slice of L): 8 threads of 8 columns x 32 groups of rows of
 //               w_uk[h] (a thread holds 4 rows), reduced over the groups by shuffles then over the
 //               warps in shared memory; blocks of slice 0 also copy q_pe into the latent query.
