@@ -3,6 +3,7 @@
 // row, 2-byte accesses) handle any stride; 16-byte kernels below take aligned rows.
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/bf16x8.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/fp8_quant.cuh"
@@ -150,15 +151,6 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 // A [rows, n] BF16 matrix with leading dimension ld can be read as uint4 rows.
 bool vec_ok(const void* p, int64_t ld, int64_t n) { return aligned16(p) && ld % kVec == 0 && n % kVec == 0; }
 
-__device__ __forceinline__ void unpack8(const uint4& v, float f[kVec]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    float2 t = __bfloat1622float2(h[k]);
-    f[2 * k] = t.x;
-    f[2 * k + 1] = t.y;
-  }
-}
 __device__ __forceinline__ uint4 pack8(const float f[kVec]) {
   uint4 v;
   __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);

@@ -8,6 +8,7 @@
 //   absorb_out: block (h, 16 rows of w_uv[h]): a warp dots 2 rows with the tokens' latents.
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/bf16x8.cuh"
 #include "kernels/cuda/mla_absorb.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -21,24 +22,6 @@ constexpr int kQCols = 64, kQColThreads = kQCols / 8, kQRowGroups = kThreads / k
 constexpr int kQRowsPerThread = kMlaAbsorbFewMaxNope / kQRowGroups;                          // 4
 constexpr int kOutRowsPerWarp = 2, kOutRows = kWarps * kOutRowsPerWarp;                      // 16
 constexpr int kOutLoads = kMlaAbsorbFewMaxL / (32 * 8);                                      // 2 a row
-
-__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float2 v = __bfloat1622float2(h[i]);
-    f[2 * i] = v.x, f[2 * i + 1] = v.y;
-  }
-}
-
-__device__ __forceinline__ float dot8(const uint4& a, const uint4& b, float acc) {
-  float x[8], y[8];
-  unpack8(a, x);
-  unpack8(b, y);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) acc = fmaf(x[i], y[i], acc);
-  return acc;
-}
 
 template <int kTok>
 __global__ void __launch_bounds__(kThreads) absorb_q_few_kernel(MlaAbsorbQParams p) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/bf16x8.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe_experts.h"
 #include "kernels/cuda/pdl.cuh"
@@ -24,18 +25,6 @@ constexpr int kMaxExperts = kMoeMaxExperts;  // the touched-expert bitmask has 1
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = 2, kRowsPerBlock = kWarps * kRowsPerWarp;
 constexpr int kMaxTok = 8;  // token rows dotted with each weight row per pass, at most
-
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
-  const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    float2 a = __bfloat1622float2(wp[q]), b = __bfloat1622float2(xp[q]);
-    acc = fmaf(a.x, b.x, acc);
-    acc = fmaf(a.y, b.y, acc);
-  }
-  return acc;
-}
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
