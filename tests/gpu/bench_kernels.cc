@@ -423,7 +423,7 @@ void bench_moe(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn&
                                                               false, 1.0f}, false},
                              RouteCase{"moe_route v3 noaux_tc", {TopkMethod::NoauxTc, ScoringFunc::Sigmoid, 256, 8, 8,
                                                                   4, true, 2.5f}, true}}) {
-    for (int64_t T : {16, 128, 256, 512, 1024, 4096}) {
+    for (int64_t T : {1, 16, 128, 256, 512, 1024, 4096}) {
       int64_t Er = c.r.num_experts, kr = c.r.top_k;
       Tensor lh = Tensor::empty(DType::F32, {T, Er});
       for (int64_t i = 0; i < T * Er; ++i) lh.data<float>()[i] = 2.0f * normal01(77, uint64_t(i));

@@ -70,8 +70,11 @@ TEST_F(Moe, RouteMatchesTheReference) {
       {"grouped sigmoid, 4 groups", {TopkMethod::GroupLimitedGreedy, ScoringFunc::Sigmoid, 96, 3, 4, 2, true, 1.0f},
        false},
       {"top-1 of 8", {TopkMethod::Greedy, ScoringFunc::Softmax, 8, 1, 1, 1, true, 1.0f}, false},
+      // 30 experts a group over lanes of 4: the warp form cannot shuffle within groups, the block one runs.
+      {"groups across lanes", {TopkMethod::GroupLimitedGreedy, ScoringFunc::Softmax, 120, 4, 4, 2, false, 1.0f},
+       false},
   };
-  // Both kernels (a block a token, a warp a token) at every size.
+  // Both kernels (a block a token, a warp a token where groups fit whole lanes) at every size.
   for (int64_t warp_from : {int64_t(1) << 40, int64_t(0)}) {
     gpu.route_warp_per_token_from_scores = warp_from;
     for (const RouteCase& c : cases) {
@@ -118,7 +121,7 @@ TEST_F(Moe, RouteWithFusedSharedExpertsMatchesTheReference) {
 // (in pair order within an expert), each pair's position; ids outside [0, E) are left out (-1).
 TEST_F(Moe, AlignSortsPairsStablyByExpert) {
   for (int32_t E : {1, 8, 64, 257, 512})
-    for (int32_t P : {1, 37, 5000, 8192, 24576, 70001}) {
+    for (int32_t P : {1, 37, 1024, 5000, 8192, 24576, 65536, 70001}) {
       Tensor ids = Tensor::empty(DType::I32, {P});
       for (int32_t i = 0; i < P; ++i) {
         uint64_t h = hash64(seed + uint64_t(E) * 7 + uint64_t(P), uint64_t(i));
@@ -135,22 +138,24 @@ TEST_F(Moe, AlignSortsPairsStablyByExpert) {
       }
       want_off[size_t(E)] = int32_t(want_sorted.size());
       Tensor ids_d = gpu.to_device(ids);
-      // One block, then (where P is large enough) many blocks with the scratch.
-      const int64_t scratch_ints = cuda::moe_align_scratch_ints(P, E);
-      Tensor scratch = gpu.empty(DType::I32, {std::max<int64_t>(scratch_ints, 1)});
-      for (bool multi : {false, true}) {
-        if (multi && scratch_ints == 0) continue;
+      // Up to 64 blocks of 1024 pairs sort in one launch (its barrier's counters start zeroed); 70001
+      // pairs take three. Twice each: the launch must leave its barrier re-armed.
+      Tensor scratch = gpu.to_device(Tensor::zeros(DType::I32, {cuda::moe_align_scratch_ints(P, E)}));
+      for (int round = 0; round < 2; ++round) {
         Tensor off = poisoned(gpu, DType::I32, {E + 1});
         Tensor sorted = poisoned(gpu, DType::I32, {P}), pos = poisoned(gpu, DType::I32, {P});
         cuda::launch_moe_align(ids_d.data<int32_t>(), P, E, off.data<int32_t>(), sorted.data<int32_t>(),
-                               pos.data<int32_t>(), gpu.stream(), multi ? scratch.data<int32_t>() : nullptr);
+                               pos.data<int32_t>(), gpu.stream(), scratch.data<int32_t>());
         Tensor off_h = gpu.to_host(off), sorted_h = gpu.to_host(sorted), pos_h = gpu.to_host(pos);
         int64_t wrong = 0;
         for (int32_t e = 0; e <= E; ++e) wrong += off_h.data<int32_t>()[e] != want_off[size_t(e)];
         for (size_t i = 0; i < want_sorted.size(); ++i) wrong += sorted_h.data<int32_t>()[i] != want_sorted[i];
         for (int32_t i = 0; i < P; ++i) wrong += pos_h.data<int32_t>()[i] != want_pos[size_t(i)];
-        EXPECT_EQ(wrong, 0) << "E=" << E << " P=" << P << (multi ? " (many blocks)" : " (one block)");
+        EXPECT_EQ(wrong, 0) << "E=" << E << " P=" << P << " round " << round;
       }
+      Tensor barrier = gpu.to_host(scratch);
+      EXPECT_EQ(barrier.data<int32_t>()[0], 0) << "E=" << E << " P=" << P;
+      EXPECT_EQ(barrier.data<int32_t>()[1], 0) << "E=" << E << " P=" << P;
     }
 }
 

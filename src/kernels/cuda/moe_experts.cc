@@ -32,6 +32,7 @@ struct MoeRunner::State {
   };
   std::map<const void*, Table> tables;
   GrowingBuffer act, y, xs, gu, offsets, sorted, pos, align_scratch;
+  const void* align_scratch_zeroed = nullptr;  // the align_scratch block whose barrier was zeroed
   GrowingBuffer xq, x_scale, act_scale;  // FP8 experts: the quantized activations' scales
   int num_sms = 0;
   int32_t* host_offsets = nullptr;  // pinned [kMoeMaxExperts + 1]
@@ -222,9 +223,11 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
   auto offsets = static_cast<int32_t*>(st_->offsets.ensure(size_t(E + 1) * 4));
   auto sorted = static_cast<int32_t*>(st_->sorted.ensure(size_t(P) * 4));
   auto pos = static_cast<int32_t*>(st_->pos.ensure(size_t(P) * 4));
-  const int64_t scratch_ints = moe_align_scratch_ints(P, E);
-  auto scratch =
-      scratch_ints > 0 ? static_cast<int32_t*>(st_->align_scratch.ensure(size_t(scratch_ints) * 4)) : nullptr;
+  auto scratch = static_cast<int32_t*>(st_->align_scratch.ensure(size_t(moe_align_scratch_ints(P, E)) * 4));
+  if (scratch != st_->align_scratch_zeroed) {  // a new block: its barrier counters start at zero
+    CUDA_CHECK(cudaMemsetAsync(scratch, 0, kMoeAlignZeroedInts * sizeof(int32_t), stream));
+    st_->align_scratch_zeroed = scratch;
+  }
   launch_moe_align(ids, P, E, offsets, sorted, pos, stream, scratch);
   if (ex.fp8()) {
     run_fp8(ex, dptr, E, x, x_ld, weights, w_ld, T, k, H, I, offsets, sorted, pos, out, out_ld, stream);

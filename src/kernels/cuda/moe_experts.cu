@@ -1,14 +1,18 @@
 // Kernels of the routed experts (see moe_experts.h for the two paths).
 //
-// Decode kernels: grid (row tiles, active-expert slots). Each block finds the slot's expert from
-// the ids (a bitmask of touched experts in smem, no host round trip) and that expert's pairs in
-// pair order, then its warps stream whole weight rows with 16-byte loads and dot them with up to
-// kTok token rows at once, so every touched weight byte is read from memory once per 8 tokens.
+// Decode kernels: grid (blocks, active-expert slots), a block walking row tiles (one, past a
+// token). Each block finds the slot's expert from the ids (a bitmask of touched experts in smem,
+// no host round trip) and that expert's pairs in pair order, then its warps stream whole weight
+// rows with 16-byte loads and dot them with up to kTok token rows at once, so every touched weight
+// byte is read from memory once per 8 tokens.
 // kTok is a template parameter: an expert has at most one pair per token, so a batch of T tokens
 // runs the variant of min(8, T rounded up to a power of two), which keeps fewer accumulators.
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cuda/atomic>
+#include <map>
+#include <mutex>
 
 #include "kernels/cuda/bf16x8.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -92,6 +96,9 @@ __global__ void __launch_bounds__(kThreads, kTok > 2 ? 2 : 4) gate_up_kernel(Moe
   const bf16* gw = static_cast<const bf16*>(p.gate[pl.expert]);
   const bf16* uw = static_cast<const bf16*>(p.up[pl.expert]);
   bf16* act = static_cast<bf16*>(p.act);
+  const int tile_step = kTok == 1 ? int(gridDim.x) : I;  // one tile a block past a token (decode_grid)
+#pragma unroll 1
+  for (int tile = blockIdx.x; tile * kRowsPerBlock < I; tile += tile_step)
   for (int c0 = 0; c0 < pl.n; c0 += kTok) {
     const int nt = min(kTok, pl.n - c0);
     const uint4* xr[kTok];
@@ -101,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, kTok > 2 ? 2 : 4) gate_up_kernel(Moe
                                               int64_t(s_list[c0 + min(tk, nt - 1)] / p.top_k) * p.x_ld);
     // The warp's rows side by side, so that all their loads are in flight together (a row is only
     // a few loads a lane).
-    const int i0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
+    const int i0 = tile * kRowsPerBlock + warp * kRowsPerWarp;
     const uint4 *g[kRowsPerWarp], *u[kRowsPerWarp];
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
@@ -145,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, kTok > 2 ? 2 : 4) gate_up_kernel(Moe
 
 // y[p, r] = down[e][r] . act[p] (fp32) for the pairs p of one expert.
 template <int kTok>
-__global__ void __launch_bounds__(kThreads) down_kernel(MoeDecodeParams p) {
+__global__ void __launch_bounds__(kThreads, kTok == 1 ? 6 : 0) down_kernel(MoeDecodeParams p) {
   pdl_wait_and_trigger();
   __shared__ unsigned s_mask[kMaxExperts / 32];
   __shared__ int s_info[2];
@@ -156,13 +163,16 @@ __global__ void __launch_bounds__(kThreads) down_kernel(MoeDecodeParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bf16* dw = static_cast<const bf16*>(p.down[pl.expert]);
   const bf16* act = static_cast<const bf16*>(p.act);
+  const int tile_step = kTok == 1 ? int(gridDim.x) : H;  // one tile a block past a token (decode_grid)
+#pragma unroll 1
+  for (int tile = blockIdx.x; tile * kRowsPerBlock < H; tile += tile_step)
   for (int c0 = 0; c0 < pl.n; c0 += kTok) {
     const int nt = min(kTok, pl.n - c0);
     const uint4* ar[kTok];
 #pragma unroll
     for (int tk = 0; tk < kTok; ++tk)
       ar[tk] = reinterpret_cast<const uint4*>(act + int64_t(s_list[c0 + min(tk, nt - 1)]) * I);
-    const int r0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
+    const int r0 = tile * kRowsPerBlock + warp * kRowsPerWarp;
     if (r0 >= H) continue;
     const uint4* d[kRowsPerWarp];
 #pragma unroll
@@ -197,18 +207,19 @@ __global__ void __launch_bounds__(kThreads) down_kernel(MoeDecodeParams p) {
   }
 }
 
-// Stable counting sort of the pairs by expert, in one block. Warp w owns a contiguous run of the
-// pairs: it counts its experts (__match_any_sync groups a step's equal experts), one scan over
-// (expert, warp) turns the counts into each warp's first position per expert, then each warp walks
-// its run again in order, placing every pair after the earlier ones of its expert. The ids of
-// kAlignBatch steps load together: one block is latency-bound, and a load a step made it so
-// (13.6 us at 4096 pairs, 84 at 32768, H200).
-constexpr int kAlignThreads = 512, kAlignWarps = kAlignThreads / 32;  // counts: 32 KB of shared memory
-constexpr int kAlignBatch = 8;
+// Stable counting sort of the pairs by expert. Block b takes pairs [b kAlignChunk, (b + 1)
+// kAlignChunk); with few enough blocks to be resident together (align_grid_kernel) it is one launch,
+// else three (align_count / scan / scatter_kernel).
+constexpr int kAlignThreads = 512, kAlignWarps = kAlignThreads / 32;
+constexpr int kAlignChunk = 1024, kAlignSteps = kAlignChunk / kAlignThreads;
+// The grid kernel's barrier: two counters at the front of the scratch.
+constexpr int kAlignBarrierInts = kMoeAlignZeroedInts;
+// Blocks of the one-launch sort at most (and no more than the SMs, so that all are resident).
+constexpr int kAlignGridMaxBlocks = 64;
 static_assert(kAlignThreads >= kMaxExperts, "one expert a thread in the scan");
 // Thread e of a kAlignThreads block holds expert e's pair count (0 past E): returns its first
 // sorted position (the exclusive scan over experts: shuffles within a warp, then the warp totals)
-// and writes offsets[0..E].
+// and writes offsets[0..E] unless it is null.
 __device__ int expert_offsets(int total, int E, int32_t* offsets) {
   __shared__ int32_t s_warp_total[kAlignWarps];
   const int e = threadIdx.x, lane = e % 32, warp = e / 32;
@@ -222,83 +233,105 @@ __device__ int expert_offsets(int total, int E, int32_t* offsets) {
   __syncthreads();
   int start = incl - total;
   for (int w = 0; w < warp; ++w) start += s_warp_total[w];
-  if (E == 0 && e == 0) offsets[0] = 0;
-  if (e < E) offsets[e] = start;
-  if (e == E - 1) offsets[E] = start + total;
+  if (offsets) {
+    if (E == 0 && e == 0) offsets[0] = 0;
+    if (e < E) offsets[e] = start;
+    if (e == E - 1) offsets[E] = start + total;
+  }
   return start;
 }
 
-__global__ void __launch_bounds__(kAlignThreads) align_kernel(const int32_t* ids, int P, int E, int32_t* offsets,
-                                                              int32_t* sorted, int32_t* pos) {
+// The one-launch sort:
+//  1. each block ranks its pairs among its own pairs of the same expert: __match_any_sync groups a
+//     warp step's equal experts, then an exclusive scan per expert over the block's warp steps, in
+//     pair order; it publishes its per-expert counts;
+//  2. a grid barrier (every block is resident: the launch keeps the grid within the SMs);
+//  3. each block sums the counts of the blocks before it and of all blocks (the offsets: one scan
+//     over experts), and places its pairs.
+// At 4096 pairs (H200, ncu): 6.5 us, against 12.8 for count + scan + scatter and 13.6 for one
+// block walking all pairs.
+__global__ void __launch_bounds__(kAlignThreads) align_grid_kernel(const int32_t* ids, int P, int E,
+                                                                   int32_t* offsets, int32_t* sorted, int32_t* pos,
+                                                                   int32_t* scratch) {
   pdl_wait_and_trigger();
-  __shared__ int32_t s_wc[kAlignWarps][kMaxExperts];
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  for (int i = tid; i < kAlignWarps * kMaxExperts; i += kAlignThreads) (&s_wc[0][0])[i] = 0;
-  __syncthreads();
-  const int run = (P + kAlignThreads - 1) / kAlignThreads * 32;  // pairs a warp, whole steps of 32
-  const int begin = min(P, warp * run), end = min(P, begin + run);
-  // The ids of kAlignBatch steps from p0 on (-1 past the run).
-  auto load_batch = [&](int p0, int (&e)[kAlignBatch]) {
+  constexpr int kRuns = kAlignSteps * kAlignWarps;  // a warp's step: 32 consecutive pairs
+  __shared__ __align__(16) uint16_t s_wc[kRuns][kMaxExperts];  // pairs of each expert a run, then the run's first rank
+  __shared__ int32_t s_base[kMaxExperts];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, b = blockIdx.x, B = gridDim.x;
+  // Runs past the block's pairs stay empty: they are neither cleared nor scanned.
+  const int runs = min(kRuns, (min(P - b * kAlignChunk, kAlignChunk) + 31) / 32);
+  for (int i = tid; i < runs * kMaxExperts / 8; i += kAlignThreads) reinterpret_cast<uint4*>(&s_wc[0][0])[i] = {};
+  int ex[kAlignSteps], lower[kAlignSteps];
 #pragma unroll
-    for (int b = 0; b < kAlignBatch; ++b) {
-      const int p = p0 + 32 * b + lane;
-      e[b] = p < end ? ids[p] : -1;
-    }
-  };
-  for (int p0 = begin; p0 < end; p0 += 32 * kAlignBatch) {
-    int eb[kAlignBatch];
-    load_batch(p0, eb);
-#pragma unroll
-    for (int b = 0; b < kAlignBatch; ++b) {
-      const int e = eb[b];
-      bool valid = e >= 0 && e < E;
-      unsigned peers = __match_any_sync(kFull, valid ? e : -1);
-      if (valid && __popc(peers & ((1u << lane) - 1)) == 0) s_wc[warp][e] += __popc(peers);
-      __syncwarp();
-    }
+  for (int st = 0; st < kAlignSteps; ++st) {
+    const int p = b * kAlignChunk + st * kAlignThreads + tid;
+    ex[st] = p < P ? ids[p] : -1;
   }
   __syncthreads();
-  // Thread e: expert e's total, then the warps' first positions.
+#pragma unroll
+  for (int st = 0; st < kAlignSteps; ++st) {
+    const bool valid = ex[st] >= 0 && ex[st] < E;
+    if (!valid) ex[st] = -1;
+    const unsigned peers = __match_any_sync(kFull, ex[st]);
+    lower[st] = __popc(peers & ((1u << lane) - 1));
+    if (valid && lower[st] == 0) s_wc[st * kAlignWarps + warp][ex[st]] = uint16_t(__popc(peers));
+  }
+  __syncthreads();
   const int e = tid;
-  int total = 0;
-  if (e < E)
-    for (int w = 0; w < kAlignWarps; ++w) total += s_wc[w][e];
-  int start = expert_offsets(total, E, offsets);
+  int mine = 0;  // the block's pairs of expert e
   if (e < E) {
-    for (int w = 0; w < kAlignWarps; ++w) {
-      int c = s_wc[w][e];
-      s_wc[w][e] = start;
-      start += c;
+    for (int r = 0; r < runs; ++r) {
+      const int c = s_wc[r][e];
+      s_wc[r][e] = uint16_t(mine);
+      mine += c;
     }
   }
-  __syncthreads();
-  for (int p0 = begin; p0 < end; p0 += 32 * kAlignBatch) {
-    int eb[kAlignBatch];
-    load_batch(p0, eb);
-#pragma unroll
-    for (int b = 0; b < kAlignBatch; ++b) {
-      const int p = p0 + 32 * b + lane, ex = eb[b];
-      bool valid = ex >= 0 && ex < E;
-      unsigned peers = __match_any_sync(kFull, valid ? ex : -1);
-      int lower = __popc(peers & ((1u << lane) - 1));
-      int q = valid ? s_wc[warp][ex] + lower : -1;
-      __syncwarp();
-      if (valid && lower == 0) s_wc[warp][ex] += __popc(peers);
-      __syncwarp();
-      if (p < end) {
-        if (valid) sorted[q] = p;
-        pos[p] = q;
+  int before = 0, total = mine;  // expert e's pairs in the blocks before this one, and in all
+  if (B > 1) {
+    int32_t* counts = scratch + kAlignBarrierInts;  // [B][E]
+    if (e < E) counts[b * E + e] = mine;
+    __syncthreads();
+    ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device> arrive(reinterpret_cast<unsigned*>(scratch)[0]);
+    ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device> depart(reinterpret_cast<unsigned*>(scratch)[1]);
+    if (tid == 0) {
+      arrive.fetch_add(1, ::cuda::memory_order_release);  // after the block's counts (the barrier above)
+      while (arrive.load(::cuda::memory_order_acquire) < unsigned(B)) __nanosleep(64);
+    }
+    __syncthreads();
+    if (e < E) {
+      total = 0;
+      for (int c = 0; c < B; ++c) {
+        const int n = __ldcg(counts + c * E + e);
+        before += c < b ? n : 0;
+        total += n;
       }
     }
+    // Every block has passed the barrier once all have departed: the last one re-arms it.
+    if (tid == 0 && depart.fetch_add(1, ::cuda::memory_order_relaxed) == unsigned(B) - 1) {
+      arrive.store(0, ::cuda::memory_order_relaxed);
+      depart.store(0, ::cuda::memory_order_relaxed);
+    }
+  }
+  const int start = expert_offsets(total, E, b == 0 ? offsets : nullptr);
+  if (e < E) s_base[e] = start + before;
+  __syncthreads();
+#pragma unroll
+  for (int st = 0; st < kAlignSteps; ++st) {
+    const int p = b * kAlignChunk + st * kAlignThreads + tid;
+    if (p >= P) continue;
+    int q = -1;
+    if (ex[st] >= 0) {
+      q = s_base[ex[st]] + s_wc[st * kAlignWarps + warp][ex[st]] + lower[st];
+      sorted[q] = p;
+    }
+    pos[p] = q;
   }
 }
 
-// The same sort over many blocks, for prefill-sized batches: block b takes pairs
-// [b kAlignChunk, (b + 1) kAlignChunk). align_count_kernel counts each block's experts,
-// align_scan_kernel turns the counts [B][E] into each block's first position per expert (and the
-// offsets), and align_scatter_kernel walks each block's pairs in steps of kAlignThreads, placing a
-// pair after its expert's pairs of earlier blocks, steps, warps and lanes.
-constexpr int kAlignChunk = 1024, kAlignMultiMin = 4096;
+// The same sort in three launches, for more blocks than the grid kernel takes: align_count_kernel
+// counts each block's experts, align_scan_kernel turns the counts [B][E] into each block's first
+// position per expert (and the offsets), and align_scatter_kernel walks each block's pairs in steps
+// of kAlignThreads, placing a pair after its expert's pairs of earlier blocks, steps, warps and lanes.
 
 __global__ void __launch_bounds__(kAlignThreads) align_count_kernel(const int32_t* ids, int P, int E,
                                                                     int32_t* counts) {
@@ -442,9 +475,37 @@ __global__ void combine_vec_kernel(const Y* y, const int32_t* pair_pos, const fl
   *reinterpret_cast<uint4*>(out + int64_t(t) * out_ld + c) = *reinterpret_cast<const uint4*>(o);
 }
 
-dim3 decode_grid(const MoeDecodeParams& p, int rows) {
-  int slots = std::min(p.num_experts, p.num_tokens * p.top_k);
-  return dim3(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(slots));
+int sm_count() {
+  int device = 0, n = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  return n;
+}
+
+using DecodeKernel = void (*)(MoeDecodeParams);
+
+// Blocks of `kernel` an SM holds (cached per kernel).
+int resident_per_sm(DecodeKernel kernel) {
+  static std::mutex mu;
+  static std::map<DecodeKernel, int> cache;
+  std::lock_guard lock(mu);
+  auto [it, added] = cache.try_emplace(kernel, 0);
+  if (added) CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, kThreads, 0));
+  return std::max(it->second, 1);
+}
+
+// (blocks a slot, active-expert slots). At one token every slot has an expert, and the grid keeps
+// to the blocks that are resident at once, each walking an equal number of row tiles: a second
+// wave would pay each block's start (finding its expert and pairs) once more, unhidden (H200:
+// V2-Lite's 704 gate/up blocks at 4 an SM made 1.33 waves). Past one token some slots are empty,
+// and a grid that fits would leave their share of the SMs idle: a block a tile there.
+dim3 decode_grid(const MoeDecodeParams& p, int rows, DecodeKernel kernel) {
+  const int slots = std::min(p.num_experts, p.num_tokens * p.top_k);
+  const int tiles = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (p.num_tokens > 1) return dim3(unsigned(tiles), unsigned(slots));
+  const int fit = std::max(1, resident_per_sm(kernel) * sm_count() / std::max(slots, 1));
+  const int per_block = (tiles + fit - 1) / fit;
+  return dim3(unsigned((tiles + per_block - 1) / per_block), unsigned(slots));
 }
 
 void check_decode(const MoeDecodeParams& p) {
@@ -455,7 +516,6 @@ void check_decode(const MoeDecodeParams& p) {
 }
 
 // The variant of a decode kernel for the batch's tokens (1, 2, 4 or kMaxTok a pass).
-using DecodeKernel = void (*)(MoeDecodeParams);
 DecodeKernel variant_for(const MoeDecodeParams& p, DecodeKernel k1, DecodeKernel k2, DecodeKernel k4,
                          DecodeKernel k_max) {
   return p.num_tokens == 1 ? k1 : p.num_tokens == 2 ? k2 : p.num_tokens <= 4 ? k4 : k_max;
@@ -466,33 +526,37 @@ DecodeKernel variant_for(const MoeDecodeParams& p, DecodeKernel k1, DecodeKernel
 void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s) {
   check_decode(p);
   if (p.num_tokens == 0) return;
-  launch_pdl(variant_for(p, gate_up_kernel<1>, gate_up_kernel<2>, gate_up_kernel<4>, gate_up_kernel<kMaxTok>),
-             decode_grid(p, p.inter), kThreads, 0, s, p);
+  const DecodeKernel k =
+      variant_for(p, gate_up_kernel<1>, gate_up_kernel<2>, gate_up_kernel<4>, gate_up_kernel<kMaxTok>);
+  launch_pdl(k, decode_grid(p, p.inter, k), kThreads, 0, s, p);
 }
 
 void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s) {
   check_decode(p);
   if (p.num_tokens == 0) return;
-  launch_pdl(variant_for(p, down_kernel<1>, down_kernel<2>, down_kernel<4>, down_kernel<kMaxTok>),
-             decode_grid(p, p.hidden), kThreads, 0, s, p);
+  const DecodeKernel k = variant_for(p, down_kernel<1>, down_kernel<2>, down_kernel<4>, down_kernel<kMaxTok>);
+  launch_pdl(k, decode_grid(p, p.hidden, k), kThreads, 0, s, p);
 }
 
 int64_t moe_align_scratch_ints(int32_t num_pairs, int32_t num_experts) {
-  return num_pairs >= kAlignMultiMin ? int64_t((num_pairs + kAlignChunk - 1) / kAlignChunk) * num_experts : 0;
+  return kAlignBarrierInts + int64_t(std::max(1, (num_pairs + kAlignChunk - 1) / kAlignChunk)) * num_experts;
 }
 
 void launch_moe_align(const int32_t* ids, int32_t num_pairs, int32_t num_experts, int32_t* offsets,
                       int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s, int32_t* scratch) {
   MLA_CHECK(num_experts <= kMaxExperts, "moe align: {} experts, at most {}", num_experts, kMaxExperts);
-  if (scratch != nullptr && moe_align_scratch_ints(num_pairs, num_experts) > 0) {
-    const int blocks = (num_pairs + kAlignChunk - 1) / kAlignChunk;
-    launch_pdl(align_count_kernel, blocks, kAlignThreads, 0, s, ids, num_pairs, num_experts, scratch);
-    launch_pdl(align_scan_kernel, 1, kAlignThreads, 0, s, scratch, blocks, num_experts, offsets);
-    launch_pdl(align_scatter_kernel, blocks, kAlignThreads, 0, s, ids, num_pairs, num_experts,
-               static_cast<const int32_t*>(scratch), sorted_pairs, pair_pos);
+  MLA_CHECK(scratch != nullptr, "moe align: no scratch");
+  const int blocks = std::max(1, (num_pairs + kAlignChunk - 1) / kAlignChunk);
+  if (blocks <= std::min(kAlignGridMaxBlocks, sm_count())) {
+    launch_pdl(align_grid_kernel, blocks, kAlignThreads, 0, s, ids, num_pairs, num_experts, offsets, sorted_pairs,
+               pair_pos, scratch);
     return;
   }
-  launch_pdl(align_kernel, 1, kAlignThreads, 0, s, ids, num_pairs, num_experts, offsets, sorted_pairs, pair_pos);
+  int32_t* counts = scratch + kAlignBarrierInts;
+  launch_pdl(align_count_kernel, blocks, kAlignThreads, 0, s, ids, num_pairs, num_experts, counts);
+  launch_pdl(align_scan_kernel, 1, kAlignThreads, 0, s, counts, blocks, num_experts, offsets);
+  launch_pdl(align_scatter_kernel, blocks, kAlignThreads, 0, s, ids, num_pairs, num_experts,
+             static_cast<const int32_t*>(counts), sorted_pairs, pair_pos);
 }
 
 void launch_moe_gather(const void* x, int64_t x_ld, const int32_t* sorted_pairs, int32_t num_pairs, int32_t top_k,

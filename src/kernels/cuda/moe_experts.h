@@ -55,10 +55,11 @@ void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s);
 void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s);
 // offsets [E + 1]: pairs of expert e sit at sorted positions [offsets[e], offsets[e+1]), in pair
 // order; sorted_pairs [P]: the pair at each position; pair_pos [P]: the position of each pair.
-// With `scratch` (moe_align_scratch_ints device ints) prefill-sized batches sort over many blocks;
-// without it, or for fewer pairs (the function gives 0), one block sorts.
+// `scratch`: moe_align_scratch_ints device ints whose first kMoeAlignZeroedInts must be zero before
+// the first launch on them (a grid barrier's counters; every launch leaves them zero again).
+constexpr int kMoeAlignZeroedInts = 2;
 void launch_moe_align(const int32_t* ids, int32_t num_pairs, int32_t num_experts, int32_t* offsets,
-                      int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s, int32_t* scratch = nullptr);
+                      int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s, int32_t* scratch);
 int64_t moe_align_scratch_ints(int32_t num_pairs, int32_t num_experts);
 // xs[i] = x[sorted_pairs[i] / k] for i < P. x [T, H] (row stride x_ld), xs [P, H] BF16. With
 // `routed` (a device count, offsets[E]), positions from it on are skipped.

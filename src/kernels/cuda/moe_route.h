@@ -32,9 +32,10 @@ struct MoeRouteParams {
 };
 
 // The warp-per-token kernel runs from this many scores (tokens x experts), the block-per-token one
-// below. Crossings measured (H200, 2026-11-22): V3 (256 experts) between 512 and 1024 tokens,
-// V2-Lite (64) between 1024 and 4096.
-constexpr int64_t kRouteWarpPerTokenFromScores = 3 << 16;
+// below (and wherever groups do not fit whole lanes). H200, 2026-11-24, `bench_kernels --only moe`:
+// V3 (256 experts) crosses between 128 and 256 tokens (7.5 / 6.3 us at 128, 7.7 / 8.1 at 256);
+// V2-Lite (64) takes the same time either way up to 1024 tokens.
+constexpr int64_t kRouteWarpPerTokenFromScores = 1 << 16;
 void launch_moe_route(const MoeRouteParams& p, int64_t warp_per_token_from_scores, cudaStream_t stream);
 
 }  // namespace mlaserve::cuda
