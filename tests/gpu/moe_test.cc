@@ -145,7 +145,7 @@ TEST_F(Moe, AlignSortsPairsStablyByExpert) {
         Tensor off = poisoned(gpu, DType::I32, {E + 1});
         Tensor sorted = poisoned(gpu, DType::I32, {P}), pos = poisoned(gpu, DType::I32, {P});
         cuda::launch_moe_align(ids_d.data<int32_t>(), P, E, off.data<int32_t>(), sorted.data<int32_t>(),
-                               pos.data<int32_t>(), gpu.stream(), scratch.data<int32_t>());
+                               pos.data<int32_t>(), gpu.stream(), scratch.data<int32_t>(), gpu.num_sms());
         Tensor off_h = gpu.to_host(off), sorted_h = gpu.to_host(sorted), pos_h = gpu.to_host(pos);
         int64_t wrong = 0;
         for (int32_t e = 0; e <= E; ++e) wrong += off_h.data<int32_t>()[e] != want_off[size_t(e)];

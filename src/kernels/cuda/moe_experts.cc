@@ -213,8 +213,8 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
     MoeDecodeParams p{x, x_ld, ids, dptr, dptr + E, dptr + 2 * E,
                       st_->act.ensure(size_t(P) * I * 2), static_cast<float*>(st_->y.ensure(size_t(P) * H * 4)),
                       T, k, E, H, I};
-    launch_moe_decode_gate_up(p, stream);
-    launch_moe_decode_down(p, stream);
+    launch_moe_decode_gate_up(p, stream, st_->num_sms);
+    launch_moe_decode_down(p, stream, st_->num_sms);
     launch_moe_combine(p.y, true, nullptr, weights, w_ld, T, k, H, out, out_ld, stream);
     return;
   }
@@ -228,7 +228,7 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
     CUDA_CHECK(cudaMemsetAsync(scratch, 0, kMoeAlignZeroedInts * sizeof(int32_t), stream));
     st_->align_scratch_zeroed = scratch;
   }
-  launch_moe_align(ids, P, E, offsets, sorted, pos, stream, scratch);
+  launch_moe_align(ids, P, E, offsets, sorted, pos, stream, scratch, st_->num_sms);
   if (ex.fp8()) {
     run_fp8(ex, dptr, E, x, x_ld, weights, w_ld, T, k, H, I, offsets, sorted, pos, out, out_ld, stream);
     return;

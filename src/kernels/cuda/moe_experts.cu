@@ -475,13 +475,6 @@ __global__ void combine_vec_kernel(const Y* y, const int32_t* pair_pos, const fl
   *reinterpret_cast<uint4*>(out + int64_t(t) * out_ld + c) = *reinterpret_cast<const uint4*>(o);
 }
 
-int sm_count() {
-  int device = 0, n = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  return n;
-}
-
 using DecodeKernel = void (*)(MoeDecodeParams);
 
 // Blocks of `kernel` an SM holds (cached per kernel).
@@ -499,11 +492,11 @@ int resident_per_sm(DecodeKernel kernel) {
 // wave would pay each block's start (finding its expert and pairs) once more, unhidden (H200:
 // V2-Lite's 704 gate/up blocks at 4 an SM made 1.33 waves). Past one token some slots are empty,
 // and a grid that fits would leave their share of the SMs idle: a block a tile there.
-dim3 decode_grid(const MoeDecodeParams& p, int rows, DecodeKernel kernel) {
+dim3 decode_grid(const MoeDecodeParams& p, int rows, DecodeKernel kernel, int num_sms) {
   const int slots = std::min(p.num_experts, p.num_tokens * p.top_k);
   const int tiles = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   if (p.num_tokens > 1) return dim3(unsigned(tiles), unsigned(slots));
-  const int fit = std::max(1, resident_per_sm(kernel) * sm_count() / std::max(slots, 1));
+  const int fit = std::max(1, resident_per_sm(kernel) * num_sms / std::max(slots, 1));
   const int per_block = (tiles + fit - 1) / fit;
   return dim3(unsigned((tiles + per_block - 1) / per_block), unsigned(slots));
 }
@@ -523,19 +516,19 @@ DecodeKernel variant_for(const MoeDecodeParams& p, DecodeKernel k1, DecodeKernel
 
 }  // namespace
 
-void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s) {
+void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s, int num_sms) {
   check_decode(p);
   if (p.num_tokens == 0) return;
   const DecodeKernel k =
       variant_for(p, gate_up_kernel<1>, gate_up_kernel<2>, gate_up_kernel<4>, gate_up_kernel<kMaxTok>);
-  launch_pdl(k, decode_grid(p, p.inter, k), kThreads, 0, s, p);
+  launch_pdl(k, decode_grid(p, p.inter, k, num_sms), kThreads, 0, s, p);
 }
 
-void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s) {
+void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s, int num_sms) {
   check_decode(p);
   if (p.num_tokens == 0) return;
   const DecodeKernel k = variant_for(p, down_kernel<1>, down_kernel<2>, down_kernel<4>, down_kernel<kMaxTok>);
-  launch_pdl(k, decode_grid(p, p.hidden, k), kThreads, 0, s, p);
+  launch_pdl(k, decode_grid(p, p.hidden, k, num_sms), kThreads, 0, s, p);
 }
 
 int64_t moe_align_scratch_ints(int32_t num_pairs, int32_t num_experts) {
@@ -543,11 +536,11 @@ int64_t moe_align_scratch_ints(int32_t num_pairs, int32_t num_experts) {
 }
 
 void launch_moe_align(const int32_t* ids, int32_t num_pairs, int32_t num_experts, int32_t* offsets,
-                      int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s, int32_t* scratch) {
+                      int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s, int32_t* scratch, int num_sms) {
   MLA_CHECK(num_experts <= kMaxExperts, "moe align: {} experts, at most {}", num_experts, kMaxExperts);
   MLA_CHECK(scratch != nullptr, "moe align: no scratch");
   const int blocks = std::max(1, (num_pairs + kAlignChunk - 1) / kAlignChunk);
-  if (blocks <= std::min(kAlignGridMaxBlocks, sm_count())) {
+  if (blocks <= std::min(kAlignGridMaxBlocks, num_sms)) {
     launch_pdl(align_grid_kernel, blocks, kAlignThreads, 0, s, ids, num_pairs, num_experts, offsets, sorted_pairs,
                pair_pos, scratch);
     return;

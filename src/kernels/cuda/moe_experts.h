@@ -51,15 +51,17 @@ constexpr int kMoeMaxExperts = 512;
 // Largest number of (token, slot) pairs the decode kernels take (their pair lists live in smem).
 constexpr int kMoeDecodeMaxPairs = 1024;
 
-void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s);
-void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s);
+// num_sms: the device's; at one token the grid keeps to the blocks resident at once.
+void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s, int num_sms);
+void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s, int num_sms);
 // offsets [E + 1]: pairs of expert e sit at sorted positions [offsets[e], offsets[e+1]), in pair
 // order; sorted_pairs [P]: the pair at each position; pair_pos [P]: the position of each pair.
 // `scratch`: moe_align_scratch_ints device ints whose first kMoeAlignZeroedInts must be zero before
 // the first launch on them (a grid barrier's counters; every launch leaves them zero again).
 constexpr int kMoeAlignZeroedInts = 2;
+// num_sms: the device's, which bounds the blocks of the one-launch sort (they must all be resident).
 void launch_moe_align(const int32_t* ids, int32_t num_pairs, int32_t num_experts, int32_t* offsets,
-                      int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s, int32_t* scratch);
+                      int32_t* sorted_pairs, int32_t* pair_pos, cudaStream_t s, int32_t* scratch, int num_sms);
 int64_t moe_align_scratch_ints(int32_t num_pairs, int32_t num_experts);
 // xs[i] = x[sorted_pairs[i] / k] for i < P. x [T, H] (row stride x_ld), xs [P, H] BF16. With
 // `routed` (a device count, offsets[E]), positions from it on are skipped.
