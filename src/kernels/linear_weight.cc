@@ -23,6 +23,7 @@ float dequant_fp8_block(const LinearWeight& w, int64_t r, int64_t c) {
 Tensor dequantize(const LinearWeight& w) {
   MLA_CHECK(w.weight.device() == Device::CPU, "dequantize: weight {} is not on the host", w.weight.describe());
   if (!w.is_fp8_block()) return w.weight.to_f32();
+  MLA_CHECK(!w.tiled, "dequantize: the FP8 weight {} is stored block by block (tiled)", w.weight.describe());
   int64_t n = w.out_features(), k = w.in_features();
   Tensor out = Tensor::empty(DType::F32, {n, k});
   float* o = out.data<float>();

@@ -13,6 +13,10 @@ struct LinearWeight {
   Tensor scale_inv;  // [ceil(out/block_n), ceil(in/block_k)] F32; defined only for F8_E4M3 weights
   int64_t block_n = 128;
   int64_t block_k = 128;
+  // FP8 128 x 128 blocks stored block by block: block (n, k) is the 16 KB at (n * in / 128 + k) *
+  // 16384, its 128 rows 128 bytes each. The CUDA expert kernels stream it in whole-block reads
+  // (Backend::pack_moe_experts makes it); every other op takes row-major weights only.
+  bool tiled = false;
 
   int64_t out_features() const { return weight.size(0); }
   int64_t in_features() const { return weight.size(1); }

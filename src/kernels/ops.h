@@ -215,6 +215,10 @@ class Backend {
   // out[t] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t]). x, out [T, H].
   virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const std::vector<GatedMlpWeights>& experts, Tensor& out) = 0;
+  // Rearranges the weights of experts [0, count) into the layout this backend's moe_experts reads
+  // fastest (the CUDA backend: FP8 ones block by block, LinearWeight::tiled). Only moe_experts
+  // reads them afterwards; the model leaves out the shared chunks, which also run as dense MLPs.
+  virtual void pack_moe_experts(std::vector<GatedMlpWeights>& experts, size_t count) {}
   // The most experts one moe_experts call takes: the model fuses the shared experts into the
   // routed ones only where routed + shared fit.
   virtual int64_t max_moe_experts() const { return INT32_MAX; }

@@ -144,6 +144,11 @@ DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& 
   }
   fuse_q_kv_a();
   move_weights_to_backend(weights_, backend_);
+  // The routed experts only: the shared chunks also run as dense MLPs (moe()).
+  for (size_t i = 0; i < weights_.layers.size(); ++i) {
+    MoeWeights& m = weights_.layers[i].moe;
+    if (weights_.layers[i].is_moe) backend_.pack_moe_experts(m.experts, m.experts.size() - size_t(shared_chunks_[i]));
+  }
 }
 
 void DeepseekModel::fuse_q_kv_a() {

@@ -455,6 +455,7 @@ void bench_moe_fp8(cuda::CudaBackend& gpu, double copy_bw, std::vector<Row>& row
   for (int64_t e = 0; e < E; ++e)
     experts.push_back({random_fp8_weight(I, H, 3 * e + 11), random_fp8_weight(I, H, 3 * e + 12),
                        random_fp8_weight(H, I, 3 * e + 13)});
+  gpu.pack_moe_experts(experts, experts.size());  // as the model lays them out
   const double expert_bytes = 3.0 * I * H + 3.0 * (I / 128) * (H / 128) * 4;
   // A zero correction bias: tokens spread over the experts evenly, as a balanced model's do (a
   // random bias as wide as the scores' spread crowds them onto fewer experts).

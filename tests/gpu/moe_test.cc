@@ -242,8 +242,10 @@ TEST_F(Moe, ExpertsMatchTheReference) {
 
 // FP8 experts (e4m3, 128 x 128 block scales) against the CPU's W8A8 experts on the same weights:
 // few tokens (the gate/up GEMM split over K), V3's TP8 shard width (I = 256, H = 7168) and a wider
-// one, and a batch with ids outside [0, E) dropped. Every launch both grouped GEMMs have (both
-// kernels, every tile size, K split and column tiles a block; the other GEMM planned) at each size.
+// one, and a batch with ids outside [0, E) dropped. Experts packed as the model packs them (all but
+// the last, a shared chunk, tiled): every launch both grouped GEMMs have (both kernels, every tile
+// size, K split and column tiles a block; the other GEMM planned) at each size; row-major experts:
+// the planned launches, the same bits as the packed ones.
 TEST_F(Moe, Fp8ExpertsMatchTheReferenceInEveryLaunch) {
   std::vector<ExpertsCase> cases = {{32, 8, 7168, 256, {1, 3, 33}}, {8, 2, 1024, 384, {1, 16, 300}}};
   cuda::MoeRunner& runner = gpu.moe_runner();
@@ -259,6 +261,9 @@ TEST_F(Moe, Fp8ExpertsMatchTheReferenceInEveryLaunch) {
       dev.push_back({gpu.to_backend(g), gpu.to_backend(u), gpu.to_backend(d)});
       ASSERT_TRUE(dev.back().gate.is_fp8_block() && dev.back().down.is_fp8_block()) << "experts stay FP8";
     }
+    std::vector<GatedMlpWeights> packed = dev;
+    gpu.pack_moe_experts(packed, packed.size() - 1);
+    ASSERT_TRUE(packed[0].down.tiled && !packed.back().gate.tiled && !dev[0].gate.tiled);
     cuda::MoeFp8GemmParams gate_up_shape{}, down_shape{};
     gate_up_shape.N = int32_t(2 * c.I), gate_up_shape.K = int32_t(c.H);
     down_shape.N = int32_t(c.H), down_shape.K = int32_t(c.I);
@@ -279,6 +284,10 @@ TEST_F(Moe, Fp8ExpertsMatchTheReferenceInEveryLaunch) {
       cpu->moe_experts(x, ids, w, host, want);
       if (T > 2) ids.data<int32_t>()[c.k + 1] = int32_t(c.E);
       Tensor xd = dev_bf16(x), ids_d = gpu.to_device(ids), w_d = gpu.to_device(w);
+      Tensor planned_row_major = poisoned(gpu, DType::BF16, {T, c.H});
+      runner.fp8_gate_up_launch = runner.fp8_down_launch = std::nullopt;
+      gpu.moe_experts(xd, ids_d, w_d, dev, planned_row_major);
+      EXPECT_LE(rel_l2(gpu.to_host(planned_row_major), want), 1e-2) << "row-major, T=" << T;
       for (const auto& [gate_up, down] : runs) {
         runner.fp8_gate_up_launch = gate_up;
         runner.fp8_down_launch = down;
@@ -286,7 +295,7 @@ TEST_F(Moe, Fp8ExpertsMatchTheReferenceInEveryLaunch) {
                                               gate_up ? cuda::to_string(*gate_up) : "planned",
                                               down ? cuda::to_string(*down) : "planned");
         Tensor out = poisoned(gpu, DType::BF16, {T, c.H});
-        gpu.moe_experts(xd, ids_d, w_d, dev, out);
+        gpu.moe_experts(xd, ids_d, w_d, packed, out);
         Tensor got = gpu.to_host(out);
         // The SiLU output, summed in another order, crosses an e4m3 rounding step now and then before
         // down; then the BF16 output. Measured 2.4e-3 at worst.
@@ -296,14 +305,49 @@ TEST_F(Moe, Fp8ExpertsMatchTheReferenceInEveryLaunch) {
         ++launches;
         if (gate_up || down) continue;
         Tensor again = poisoned(gpu, DType::BF16, {T, c.H});
-        gpu.moe_experts(xd, ids_d, w_d, dev, again);
-        Tensor got2 = gpu.to_host(again);
+        gpu.moe_experts(xd, ids_d, w_d, packed, again);
+        Tensor got2 = gpu.to_host(again), row_major = gpu.to_host(planned_row_major);
         EXPECT_EQ(std::memcmp(got.raw(), got2.raw(), got.nbytes()), 0) << "deterministic: " << where;
+        EXPECT_EQ(std::memcmp(got.raw(), row_major.raw(), got.nbytes()), 0) << "tiled as row-major: " << where;
       }
     }
   }
   runner.fp8_gate_up_launch = runner.fp8_down_launch = std::nullopt;
   std::printf("%lld FP8 MoE launches checked\n", (long long)launches);
+}
+
+// Packing lays each 128 x 128 block out whole; experts tiled past a row-major one, or with some of
+// their weights only, are refused; the FP8 linear refuses a tiled weight.
+TEST_F(Moe, Fp8PackedExpertsAreTiledBlocksAndMixesAreRefused) {
+  const int64_t E = 3, H = 256, I = 384;
+  std::vector<GatedMlpWeights> host, dev;
+  auto make = [&](int64_t n, int64_t k, uint64_t s) { return quantize_fp8_blocks(random_f32({n, k}, s), 128, 128); };
+  for (int64_t e = 0; e < E; ++e) {
+    host.push_back({make(I, H, 10 * e + 1), make(I, H, 10 * e + 2), make(H, I, 10 * e + 3)});
+    dev.push_back({gpu.to_backend(host.back().gate), gpu.to_backend(host.back().up), gpu.to_backend(host.back().down)});
+  }
+  std::vector<GatedMlpWeights> packed = dev;
+  gpu.pack_moe_experts(packed, 2);
+  Tensor tiled = gpu.to_host(packed[1].down.weight);
+  const uint8_t *t = tiled.data<uint8_t>(), *rm = host[1].down.weight.data<uint8_t>();
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < H; ++r)
+    for (int64_t c = 0; c < I; ++c)
+      wrong += t[((r / 128) * (I / 128) + c / 128) * 16384 + (r % 128) * 128 + c % 128] != rm[r * I + c];
+  EXPECT_EQ(wrong, 0);
+  EXPECT_TRUE(packed[0].gate.tiled && packed[1].up.tiled && !packed[2].down.tiled);
+
+  Tensor ids = Tensor::empty(DType::I32, {2, 2}), w = Tensor::empty(DType::F32, {2, 2});
+  for (int i = 0; i < 4; ++i) ids.data<int32_t>()[i] = i % E, w.data<float>()[i] = 0.5f;
+  Tensor x = dev_bf16(random_f32({2, H}, 5)), out = gpu.empty(DType::BF16, {2, H});
+  Tensor ids_d = gpu.to_device(ids), w_d = gpu.to_device(w);
+  std::vector<GatedMlpWeights> gap = {dev[0], packed[1], dev[2]}, half = packed;
+  half[1].up = dev[1].up;
+  EXPECT_THROW(gpu.moe_experts(x, ids_d, w_d, gap, out), Error);
+  EXPECT_THROW(gpu.moe_experts(x, ids_d, w_d, half, out), Error);
+  gpu.moe_experts(x, ids_d, w_d, packed, out);  // a tiled prefix is what the kernels take
+  Tensor y = gpu.empty(DType::BF16, {2, I});
+  EXPECT_THROW(gpu.linear(x, packed[0].gate, y), Error);
 }
 
 // A launch a product cannot take is refused with its reason, not run.

@@ -118,6 +118,7 @@ class CudaBackend final : public Backend {
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const std::vector<GatedMlpWeights>& experts, Tensor& out) override;
   int64_t max_moe_experts() const override;
+  void pack_moe_experts(std::vector<GatedMlpWeights>& experts, size_t count) override;
   // The routed experts' runner (tests and benchmarks choose its paths).
   MoeRunner& moe_runner();
   int num_sms() const { return num_sms_; }

@@ -179,8 +179,8 @@ void CudaBackend::linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, T
 }
 
 void CudaBackend::check_fp8_linear(int64_t T, const LinearWeight& w, const Tensor& out) const {
-  MLA_CHECK(w.is_fp8_block() && w.block_n == 128 && w.block_k == 128,
-            "FP8 linear: the weight must be FP8 with 128 x 128 block scales");
+  MLA_CHECK(w.is_fp8_block() && w.block_n == 128 && w.block_k == 128 && !w.tiled,
+            "FP8 linear: the weight must be FP8 with 128 x 128 block scales, rows in order (not tiled)");
   int64_t K = w.in_features(), N = w.out_features();
   check_matrix(w.weight, DType::F8_E4M3, N, K, "FP8 linear weight");
   check_matrix(w.scale_inv, DType::F32, (N + 127) / 128, (K + 127) / 128, "FP8 linear weight scale_inv");

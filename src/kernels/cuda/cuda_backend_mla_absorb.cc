@@ -51,13 +51,14 @@ namespace {
 
 // A device FP8 weight of H heads x N rows by K, 128 x 128 blocks, scales as to_backend lays them.
 void check_head_weight(const LinearWeight& w, int64_t H, int64_t K, const char* what) {
-  MLA_CHECK(w.is_fp8_block() && w.block_n == 128 && w.block_k == 128 && w.weight.defined() &&
+  MLA_CHECK(w.is_fp8_block() && w.block_n == 128 && w.block_k == 128 && !w.tiled && w.weight.defined() &&
                 w.weight.device() == Device::CUDA && w.weight.dtype() == DType::F8_E4M3 && w.weight.ndim() == 2 &&
                 w.weight.is_contiguous() && w.in_features() == K && H > 0 && w.out_features() % (H * 128) == 0 &&
                 w.scale_inv.defined() && w.scale_inv.device() == Device::CUDA && w.scale_inv.dtype() == DType::F32 &&
                 w.scale_inv.ndim() == 2 && w.scale_inv.size(0) == w.out_features() / 128 &&
                 w.scale_inv.size(1) == K / 128 && w.scale_inv.stride(1) == 1,
-            "{}: expected a device FP8 [{} heads x a multiple of 128 rows, {}] weight in 128 x 128 blocks, got {}",
+            "{}: expected a device FP8 [{} heads x a multiple of 128 rows, {}] weight in 128 x 128 blocks, rows in "
+            "order, got {}",
             what, H, K, w.weight.defined() ? w.weight.describe() : "nothing");
 }
 

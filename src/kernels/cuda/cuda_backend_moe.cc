@@ -3,6 +3,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm_runner.h"
 #include "kernels/cuda/moe_experts.h"
+#include "kernels/cuda/moe_grouped_gemm_fp8.h"
 #include "kernels/cuda/moe_route.h"
 #include "kernels/cuda/tensor_checks.h"
 
@@ -71,6 +72,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     ex.gate_up_scale_ld = experts[0].gate.scale_inv.stride(0);
     ex.down_scale_ld = experts[0].down.scale_inv.stride(0);
   }
+  auto tiled = [](const GatedMlpWeights& w) { return w.gate.tiled || w.up.tiled || w.down.tiled; };
+  while (size_t(ex.tiled) < experts.size() && tiled(experts[size_t(ex.tiled)])) ++ex.tiled;
   for (const GatedMlpWeights& w : experts) {
     ex.gate.push_back(w.gate.weight.raw());
     ex.up.push_back(w.up.weight.raw());
@@ -87,6 +90,12 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
       check_expert_weight(experts[e].gate, fp8, I, H, ex.gate_up_scale_ld, "gate", e);
       check_expert_weight(experts[e].up, fp8, I, H, ex.gate_up_scale_ld, "up", e);
       check_expert_weight(experts[e].down, fp8, H, I, ex.down_scale_ld, "down", e);
+      const GatedMlpWeights& w = experts[e];
+      const bool want = int64_t(e) < ex.tiled;
+      MLA_CHECK(w.gate.tiled == want && w.up.tiled == want && w.down.tiled == want,
+                "moe_experts: expert {} has gate, up, down {}, {}, {}; tiled (pack_moe_experts) must be all three "
+                "weights of experts [0, n), here n = {}", e, w.gate.tiled ? "tiled" : "row-major",
+                w.up.tiled ? "tiled" : "row-major", w.down.tiled ? "tiled" : "row-major", ex.tiled);
     }
   // ids must lie in [0, E): the device does not check them (pairs outside are dropped or garbage).
   moe.run(ex, x.raw(), x.stride(0), ids.data<int32_t>(), weights.data<float>(), weights.stride(0), int32_t(T),
@@ -94,6 +103,23 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
 }
 
 int64_t CudaBackend::max_moe_experts() const { return kMoeMaxExperts; }
+
+void CudaBackend::pack_moe_experts(std::vector<GatedMlpWeights>& experts, size_t count) {
+  MLA_CHECK(count <= experts.size(), "pack_moe_experts: {} of {} experts", count, experts.size());
+  for (size_t e = 0; e < count; ++e)
+    for (LinearWeight* w : {&experts[e].gate, &experts[e].up, &experts[e].down}) {
+      // What the FP8 expert kernels take; anything else stays as it is (and moe_experts judges it).
+      const Tensor& t = w->weight;
+      if (!w->is_fp8_block() || w->tiled || w->block_n != 128 || w->block_k != 128 || !t.defined() ||
+          t.device() != Device::CUDA || t.dtype() != DType::F8_E4M3 || t.ndim() != 2 || !t.is_contiguous() ||
+          t.size(0) % 128 != 0 || t.size(1) % 128 != 0)
+        continue;
+      Tensor tiled = empty(DType::F8_E4M3, t.shape());
+      launch_moe_fp8_tile_weights(t.raw(), t.size(0), t.size(1), tiled.raw(), stream_);
+      w->weight = tiled;  // the row-major block returns to the allocator's cache, reused in stream order
+      w->tiled = true;
+    }
+}
 
 void CudaBackend::set_moe_tuning(MoeTuning tuning) {
   moe_runner().tuning = std::make_shared<const MoeTuning>(std::move(tuning));

@@ -155,6 +155,7 @@ MoeTuning CudaBackend::tune_moe(const std::vector<MoeTuneCase>& cases,
     if (made != std::array<int64_t, 3>{E, H, I}) {
       experts.clear();
       for (int64_t e = 0; e < E; ++e) experts.push_back({random_fp8(I, H), random_fp8(I, H), random_fp8(H, I)});
+      pack_moe_experts(experts, size_t(c.routed));  // as the model lays them out
       made = {E, H, I};
     }
     // Routings to rotate among, so that a small batch does not find its experts in L2.

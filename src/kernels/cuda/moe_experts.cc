@@ -40,11 +40,17 @@ struct MoeRunner::State {
   std::vector<cudaEvent_t> done;
   std::vector<std::unique_ptr<GemmRunner>> gemms;
   cudaEvent_t fork = nullptr;
+  // FP8 experts: the tokens' quantization runs on `quant_stream` beside the pair sort.
+  cudaStream_t quant_stream = nullptr;
+  cudaEvent_t quant_fork = nullptr, quant_done = nullptr;
 
   ~State() {
     for (auto s : streams) cudaStreamDestroy(s);
     for (auto e : done) cudaEventDestroy(e);
     if (fork) cudaEventDestroy(fork);
+    if (quant_stream) cudaStreamDestroy(quant_stream);
+    if (quant_fork) cudaEventDestroy(quant_fork);
+    if (quant_done) cudaEventDestroy(quant_done);
     if (host_offsets) cudaFreeHost(host_offsets);
   }
 
@@ -95,6 +101,9 @@ struct MoeRunner::State {
 MoeRunner::MoeRunner() : st_(std::make_unique<State>()) {
   CUDA_CHECK(cudaMallocHost(&st_->host_offsets, (kMoeMaxExperts + 1) * sizeof(int32_t)));
   CUDA_CHECK(cudaEventCreateWithFlags(&st_->fork, cudaEventDisableTiming));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st_->quant_stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&st_->quant_fork, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&st_->quant_done, cudaEventDisableTiming));
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&st_->num_sms, cudaDevAttrMultiProcessorCount, device));
@@ -152,16 +161,16 @@ void MoeRunner::run_fp8(const Experts& ex, const void* const* dptr, int32_t E, c
                         const int32_t* offsets, const int32_t* sorted, const int32_t* pos, void* out, int64_t out_ld,
                         cudaStream_t stream) {
   const int32_t P = T * k, GH = H / 128, GI = I / 128;
-  auto xq = st_->xq.ensure(size_t(T) * H);
-  auto x_scale = static_cast<float*>(st_->x_scale.ensure(size_t(T) * GH * 4));
-  launch_quantize_fp8_per_token_group(x, x_ld, T, H, 128, xq, H, x_scale, GH, 1, stream);
+  void* xq = st_->xq.get();  // quantized by run() beside the sort
+  auto x_scale = static_cast<float*>(st_->x_scale.get());
   auto scales = reinterpret_cast<const float* const*>(dptr + 3 * E);
   // gate | up as one [2I, H] product over the pairs' tokens in place; fp32 partial sums per K range.
   MoeFp8GemmParams gate_up{.a = xq, .a_scale = x_scale, .lda = H, .ld_a_scale = GH, .a_rows = sorted,
                            .a_rows_div = k, .offsets = offsets, .w = dptr, .w_scale = scales, .w_hi = dptr + E,
                            .w_hi_scale = scales + E, .ld_w_scale = ex.gate_up_scale_ld, .c = nullptr,
                            .ldc = 2 * int64_t(I), .split_stride = int64_t(P) * 2 * I, .c_f32 = true, .launch = {},
-                           .max_rows = P, .num_experts = E, .N = 2 * I, .K = H, .n_split = I};
+                           .max_rows = P, .num_experts = E, .N = 2 * I, .K = H, .n_split = I,
+                           .tiled_experts = ex.tiled};
   gate_up.launch = fp8_launch(gate_up, fp8_gate_up_launch, /*allow_k_splits=*/true);
   gate_up.c = st_->gu.ensure(size_t(gate_up.launch.k_splits) * gate_up.split_stride * 4);
   auto act = st_->act.ensure(size_t(P) * I);
@@ -170,7 +179,8 @@ void MoeRunner::run_fp8(const Experts& ex, const void* const* dptr, int32_t E, c
                         .a_rows_div = 1, .offsets = offsets, .w = dptr + 2 * E, .w_scale = scales + 2 * E,
                         .w_hi = nullptr, .w_hi_scale = nullptr, .ld_w_scale = ex.down_scale_ld,
                         .c = st_->y.ensure(size_t(P) * H * 2), .ldc = H, .split_stride = 0, .c_f32 = false,
-                        .launch = {}, .max_rows = P, .num_experts = E, .N = H, .K = I, .n_split = H};
+                        .launch = {}, .max_rows = P, .num_experts = E, .N = H, .K = I, .n_split = H,
+                        .tiled_experts = ex.tiled};
   down.launch = fp8_launch(down, fp8_down_launch, /*allow_k_splits=*/false);
   launch_moe_grouped_gemm_fp8(gate_up, stream);
   launch_moe_silu_mul_quant(static_cast<const float*>(gate_up.c), gate_up.split_stride, gate_up.launch.k_splits, I,
@@ -228,8 +238,18 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
     CUDA_CHECK(cudaMemsetAsync(scratch, 0, kMoeAlignZeroedInts * sizeof(int32_t), stream));
     st_->align_scratch_zeroed = scratch;
   }
+  if (ex.fp8()) {
+    // Two small launches at once: each alone leaves most SMs idle for a few microseconds.
+    void* xq = st_->xq.ensure(size_t(T) * H);
+    auto x_scale = static_cast<float*>(st_->x_scale.ensure(size_t(T) * (H / 128) * 4));
+    CUDA_CHECK(cudaEventRecord(st_->quant_fork, stream));
+    CUDA_CHECK(cudaStreamWaitEvent(st_->quant_stream, st_->quant_fork, 0));
+    launch_quantize_fp8_per_token_group(x, x_ld, T, H, 128, xq, H, x_scale, H / 128, 1, st_->quant_stream);
+    CUDA_CHECK(cudaEventRecord(st_->quant_done, st_->quant_stream));
+  }
   launch_moe_align(ids, P, E, offsets, sorted, pos, stream, scratch, st_->num_sms);
   if (ex.fp8()) {
+    CUDA_CHECK(cudaStreamWaitEvent(stream, st_->quant_done, 0));
     run_fp8(ex, dptr, E, x, x_ld, weights, w_ld, T, k, H, I, offsets, sorted, pos, out, out_ld, stream);
     return;
   }

@@ -88,6 +88,7 @@ class MoeRunner {
     std::vector<const void*> gate, up, down;
     std::vector<const void*> gate_scale, up_scale, down_scale;  // FP8 experts only
     int64_t gate_up_scale_ld = 0, down_scale_ld = 0;              // their scales' row strides
+    int32_t tiled = 0;  // FP8 experts [0, tiled) are stored block by block (LinearWeight::tiled)
     bool fp8() const { return !gate_scale.empty(); }
   };
   // x [T, H], ids [T, k], weights [T, k] (row stride w_ld), out [T, H]; all device pointers.
@@ -125,8 +126,9 @@ class MoeRunner {
                    int32_t T, int32_t k, int32_t H, int32_t I, const int32_t* offsets, const int32_t* sorted,
                    const int32_t* pos, void* out, int64_t out_ld, cudaStream_t stream);
 
-  // FP8 experts (after the align): x quantized per token per 128 channels, gate/up (split over K
-  // when few rows), SiLU-and-mul quantizing the activation, down, combine.
+  // FP8 experts (after the align, and x quantized per token per 128 channels into xq / x_scale
+  // beside it): gate/up (split over K when few rows), SiLU-and-mul quantizing the activation, down,
+  // combine.
   void run_fp8(const Experts& ex, const void* const* dptr, int32_t E, const void* x, int64_t x_ld, const float* weights, int64_t w_ld,
                int32_t T, int32_t k, int32_t H, int32_t I, const int32_t* offsets, const int32_t* sorted,
                const int32_t* pos, void* out, int64_t out_ld, cudaStream_t stream);

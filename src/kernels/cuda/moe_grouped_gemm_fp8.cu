@@ -68,16 +68,17 @@ __global__ void __launch_bounds__(kThreads, 2) moe_grouped_gemm_fp8_kernel(MoeFp
   // next one (counters, not divisions: this kernel is bound by its instruction issue).
   int load_nt = n_tile_first, load_kb = kb_begin;
   const int b_dst = kABytes + swz_bytes(tid / 8, tid % 8);  // rows r and r + 32 share their swizzle
-  const int64_t b_src = int64_t(tid / 8) * p.K + (tid % 8) * 16;
+  const int64_t b_src = int64_t(tid / 8) * span.row_stride + (tid % 8) * 16,
+                b_rows = (kThreads / 8) * span.row_stride;
   auto load_next = [&](int stage) {
     uint8_t* st = smem + stage * kStageBytes;
     const int kb = load_kb, k0 = kb * kBK;
     const moe_tiles::Fp8BlockSpan::Tile t = span.tile(p, load_nt * kBN);
-    const uint8_t* w = t.w + k0 + b_src;
+    const uint8_t* w = t.w + kb * span.kb_stride + b_src;
     cp_async16(smem_u32(st + swz_bytes(tid / 8, tid % 8)), a_ptr + (a_src >= 0 ? k0 : 0), a_src >= 0);
 #pragma unroll
     for (int j = 0; j < kBN * 8 / kThreads; ++j)  // every weight row of the tile exists (N % 128 == 0)
-      cp_async16(smem_u32(st + b_dst + j * (kThreads / 8) * kBK), w + int64_t(j) * (kThreads / 8) * p.K, true);
+      cp_async16(smem_u32(st + b_dst + j * (kThreads / 8) * kBK), w + j * b_rows, true);
     float* scales = reinterpret_cast<float*>(st + kABytes + kBBytes);
     if (tid < kBM)
       cp_async4(smem_u32(scales + tid), as_ptr + (s_src >= 0 ? kb : 0), s_src >= 0);
@@ -196,6 +197,16 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
   *reinterpret_cast<uint32_t*>(act + r * I + col) = packed;
 }
 
+// One thread a 16-byte chunk of dst: chunk c of row r of block (n, k), from row 128 n + r, bytes
+// 128 k + 16 c of src.
+__global__ void tile_weights_kernel(const uint4* src, int64_t K, int64_t chunks, uint4* dst) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= chunks) return;
+  const int64_t KB = K / kBK, block = i / (kBN * 8), in_block = i % (kBN * 8);
+  const int64_t row = block / KB * kBN + in_block / 8, byte = block % KB * kBK + in_block % 8 * 16;
+  dst[i] = src[(row * K + byte) / 16];
+}
+
 template <bool kF32Out>
 void launch_tiles(const MoeFp8GemmParams& p, cudaStream_t stream) {
   static bool configured = false;  // one device per process here, as the other kernels assume
@@ -225,7 +236,8 @@ bool moe_grouped_gemm_fp8_fits(const MoeFp8GemmParams& p) {
          p.lda % 16 == 0 && p.ld_a_scale > 0 && p.ld_w_scale >= p.K / kBK &&
          reinterpret_cast<uintptr_t>(p.a) % 16 == 0 && p.ldc % 2 == 0 && p.num_experts > 0 &&
          p.num_experts <= kMoeGroupedMaxExperts && l.k_splits >= 1 && l.k_splits <= p.K / kBK &&
-         (l.k_splits == 1 || p.c_f32) && l.n_tiles_per_block >= 1 && (p.a_rows == nullptr || p.a_rows_div > 0);
+         (l.k_splits == 1 || p.c_f32) && l.n_tiles_per_block >= 1 && (p.a_rows == nullptr || p.a_rows_div > 0) &&
+         p.tiled_experts >= 0 && p.tiled_experts <= p.num_experts;
 }
 
 MoeFp8Launch plan_moe_grouped_gemm_fp8(const MoeFp8GemmParams& p, int num_sms, bool allow_k_splits) {
@@ -268,6 +280,17 @@ void launch_moe_grouped_gemm_fp8(const MoeFp8GemmParams& p, cudaStream_t stream)
     launch_tiles<true>(p, stream);
   else
     launch_tiles<false>(p, stream);
+}
+
+void launch_moe_fp8_tile_weights(const void* src, int64_t N, int64_t K, void* dst, cudaStream_t stream) {
+  MLA_CHECK(N % kBN == 0 && K % kBK == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+                reinterpret_cast<uintptr_t>(dst) % 16 == 0,
+            "moe FP8 weight tiling: [{}, {}] is not whole 128 x 128 blocks 16-byte aligned", N, K);
+  const int64_t chunks = N * K / 16;
+  if (chunks == 0) return;
+  tile_weights_kernel<<<unsigned((chunks + 255) / 256), 256, 0, stream>>>(static_cast<const uint4*>(src), K, chunks,
+                                                                          static_cast<uint4*>(dst));
+  CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_moe_silu_mul_quant(const float* gu, int64_t split_stride, int32_t splits, int32_t I, const int32_t* count,

@@ -79,6 +79,8 @@ struct Fp8BlockSpan {
   int kb_begin, kb_end, k_tiles, n_tile_first, steps;
   const uint8_t *w_lo, *w_hi;
   const float *s_lo, *s_hi;
+  // Byte strides of the expert's weights: between a block's rows, and from K-block to K-block.
+  int64_t row_stride, kb_stride;
 
   __device__ Fp8BlockSpan(const MoeFp8GemmParams& p, int expert) {
     const int KB = p.K / kBlockK, splits = p.launch.k_splits;
@@ -90,8 +92,13 @@ struct Fp8BlockSpan {
     w_hi = p.w_hi ? static_cast<const uint8_t*>(p.w_hi[expert]) : nullptr;
     s_lo = p.w_scale[expert];
     s_hi = p.w_hi ? p.w_hi_scale[expert] : nullptr;
+    const bool tiled = expert < p.tiled_experts;
+    row_stride = tiled ? kBlockK : p.K;
+    kb_stride = tiled ? int64_t(kTileN) * kBlockK : kBlockK;
   }
-  // Weight row 0 of the column tile from column n0, and its row of block scales.
+  // Weight row 0 of the column tile from column n0 (its K-block 0: row r of K-block kb lies at
+  // w + kb * kb_stride + r * row_stride), and its row of block scales. A column tile's 128 rows
+  // span 128 K bytes in either layout.
   struct Tile {
     const uint8_t* w;
     const float* scale;
