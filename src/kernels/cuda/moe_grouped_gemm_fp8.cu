@@ -68,13 +68,12 @@ __global__ void __launch_bounds__(kThreads, 2) moe_grouped_gemm_fp8_kernel(MoeFp
   // next one (counters, not divisions: this kernel is bound by its instruction issue).
   int load_nt = n_tile_first, load_kb = kb_begin;
   const int b_dst = kABytes + swz_bytes(tid / 8, tid % 8);  // rows r and r + 32 share their swizzle
-  const int64_t b_src = int64_t(tid / 8) * span.row_stride + (tid % 8) * 16,
-                b_rows = (kThreads / 8) * span.row_stride;
+  const int b_src = (tid / 8) * span.row_stride + (tid % 8) * 16, b_rows = (kThreads / 8) * span.row_stride;
   auto load_next = [&](int stage) {
     uint8_t* st = smem + stage * kStageBytes;
     const int kb = load_kb, k0 = kb * kBK;
     const moe_tiles::Fp8BlockSpan::Tile t = span.tile(p, load_nt * kBN);
-    const uint8_t* w = t.w + kb * span.kb_stride + b_src;
+    const uint8_t* w = t.w + (kb * span.kb_stride + b_src);
     cp_async16(smem_u32(st + swz_bytes(tid / 8, tid % 8)), a_ptr + (a_src >= 0 ? k0 : 0), a_src >= 0);
 #pragma unroll
     for (int j = 0; j < kBN * 8 / kThreads; ++j)  // every weight row of the tile exists (N % 128 == 0)
@@ -232,8 +231,8 @@ bool moe_grouped_gemm_fp8_fits(const MoeFp8GemmParams& p) {
   const bool tile_ok = l.kernel == MoeFp8Launch::Kernel::MmaSync
                            ? l.tile_rows == kBM
                            : l.tile_rows == 16 || l.tile_rows == 32 || l.tile_rows == 64 || l.tile_rows == 128;
-  return tile_ok && p.N % kBN == 0 && p.K % kBK == 0 && p.n_split % kBN == 0 && p.n_split > 0 && p.lda > 0 &&
-         p.lda % 16 == 0 && p.ld_a_scale > 0 && p.ld_w_scale >= p.K / kBK &&
+  return tile_ok && p.N % kBN == 0 && p.K % kBK == 0 && p.K < (1 << 20) && p.n_split % kBN == 0 && p.n_split > 0 &&
+         p.lda > 0 && p.lda % 16 == 0 && p.ld_a_scale > 0 && p.ld_w_scale >= p.K / kBK &&
          reinterpret_cast<uintptr_t>(p.a) % 16 == 0 && p.ldc % 2 == 0 && p.num_experts > 0 &&
          p.num_experts <= kMoeGroupedMaxExperts && l.k_splits >= 1 && l.k_splits <= p.K / kBK &&
          (l.k_splits == 1 || p.c_f32) && l.n_tiles_per_block >= 1 && (p.a_rows == nullptr || p.a_rows_div > 0) &&

@@ -62,7 +62,7 @@ struct MoeFp8GemmParams {
   int32_t tiled_experts = 0;
 };
 
-// Whether the kernels take the shapes and p.launch: N, K and n_split multiples of 128, lda,
+// Whether the kernels take the shapes and p.launch: N, K and n_split multiples of 128, K < 2^20, lda,
 // ld_a_scale and ld_w_scale set, a 16-byte aligned, at most kMoeGroupedMaxExperts experts,
 // K / 128 >= k_splits >= 1, split output only as F32, a tile size the kernel has.
 bool moe_grouped_gemm_fp8_fits(const MoeFp8GemmParams& p);

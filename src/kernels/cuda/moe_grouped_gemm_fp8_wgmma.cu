@@ -80,12 +80,12 @@ __global__ void __launch_bounds__(kThreads, Tile<kRows>::kBlocksPerSm) moe_fp8_w
   const float* as_ptr = s_src >= 0 ? p.a_scale + s_src * p.ld_a_scale : p.a_scale;
 
   int load_nt = n_tile_first, load_kb = kb_begin;  // the next stage's column tile and K-block
-  const int64_t w_off = int64_t(tid / 8) * span.row_stride + chunk * 16, w_rows32 = 32 * span.row_stride;
+  const int w_off = (tid / 8) * span.row_stride + chunk * 16, w_rows32 = 32 * span.row_stride;
   auto load_next = [&](int stage) {
     uint8_t* st = smem + stage * T::kStageBytes;
     const int kb = load_kb, k0 = kb * kBK;
     const moe_tiles::Fp8BlockSpan::Tile t = span.tile(p, load_nt * kBN);
-    const uint8_t* w = t.w + kb * span.kb_stride + w_off;
+    const uint8_t* w = t.w + (kb * span.kb_stride + w_off);
 #pragma unroll
     for (int j = 0; j < kBN * 8 / kThreads; ++j)  // every weight row of the tile exists (N % 128 == 0)
       mma::cp_async16(mma::smem_u32(st + swz(tid / 8 + 32 * j, chunk)), w + j * w_rows32, true);

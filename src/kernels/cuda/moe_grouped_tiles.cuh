@@ -80,7 +80,7 @@ struct Fp8BlockSpan {
   const uint8_t *w_lo, *w_hi;
   const float *s_lo, *s_hi;
   // Byte strides of the expert's weights: between a block's rows, and from K-block to K-block.
-  int64_t row_stride, kb_stride;
+  int32_t row_stride, kb_stride;  // 32-bit: K < 2^20 (a K-block's offset is then below 2^27)
 
   __device__ Fp8BlockSpan(const MoeFp8GemmParams& p, int expert) {
     const int KB = p.K / kBlockK, splits = p.launch.k_splits;
@@ -94,7 +94,7 @@ struct Fp8BlockSpan {
     s_hi = p.w_hi ? p.w_hi_scale[expert] : nullptr;
     const bool tiled = expert < p.tiled_experts;
     row_stride = tiled ? kBlockK : p.K;
-    kb_stride = tiled ? int64_t(kTileN) * kBlockK : kBlockK;
+    kb_stride = tiled ? kTileN * kBlockK : kBlockK;
   }
   // Weight row 0 of the column tile from column n0 (its K-block 0: row r of K-block kb lies at
   // w + kb * kb_stride + r * row_stride), and its row of block scales. A column tile's 128 rows
