@@ -233,7 +233,8 @@ bool moe_grouped_gemm_fp8_fits(const MoeFp8GemmParams& p) {
                            : l.tile_rows == 16 || l.tile_rows == 32 || l.tile_rows == 64 || l.tile_rows == 128;
   return tile_ok && p.N % kBN == 0 && p.K % kBK == 0 && p.K < (1 << 20) && p.n_split % kBN == 0 && p.n_split > 0 &&
          p.lda > 0 && p.lda % 16 == 0 && p.ld_a_scale > 0 && p.ld_w_scale >= p.K / kBK &&
-         reinterpret_cast<uintptr_t>(p.a) % 16 == 0 && p.ldc % 2 == 0 && p.num_experts > 0 &&
+         reinterpret_cast<uintptr_t>(p.a) % 16 == 0 && p.num_experts > 0 &&
+         (p.c_f32 || (p.ldc % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0)) &&
          p.num_experts <= kMoeGroupedMaxExperts && l.k_splits >= 1 && l.k_splits <= p.K / kBK &&
          (l.k_splits == 1 || p.c_f32) && l.n_tiles_per_block >= 1 && (p.a_rows == nullptr || p.a_rows_div > 0) &&
          p.tiled_experts >= 0 && p.tiled_experts <= p.num_experts;

@@ -63,8 +63,9 @@ struct MoeFp8GemmParams {
 };
 
 // Whether the kernels take the shapes and p.launch: N, K and n_split multiples of 128, K < 2^20, lda,
-// ld_a_scale and ld_w_scale set, a 16-byte aligned, at most kMoeGroupedMaxExperts experts,
-// K / 128 >= k_splits >= 1, split output only as F32, a tile size the kernel has.
+// ld_a_scale and ld_w_scale set, a and a BF16 c 16-byte aligned (its ldc a multiple of 8), at most
+// kMoeGroupedMaxExperts experts, K / 128 >= k_splits >= 1, split output only as F32, a tile size the
+// kernel has, tiled_experts in [0, E].
 bool moe_grouped_gemm_fp8_fits(const MoeFp8GemmParams& p);
 void launch_moe_grouped_gemm_fp8(const MoeFp8GemmParams& p, cudaStream_t stream);
 // The warpgroup-MMA kernel (launch_moe_grouped_gemm_fp8 calls it for Kernel::Wgmma).
