@@ -153,8 +153,8 @@ void CudaBackend::add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w
 
 void CudaBackend::linear(const Tensor& x, const LinearWeight& w, Tensor& out) {
   check_dev(x, DType::BF16, 2, "linear x");
-  MLA_CHECK(out.defined() && out.device() == Device::CUDA && (out.dtype() == DType::BF16 || out.dtype() == DType::F32) &&
-                out.ndim() == 2 && out.stride(1) == 1,
+  MLA_CHECK(out.defined() && out.device() == Device::CUDA &&
+                (out.dtype() == DType::BF16 || out.dtype() == DType::F32) && out.ndim() == 2 && out.stride(1) == 1,
             "linear out: expected a device BF16 or F32 matrix, got {}", out.defined() ? out.describe() : "nothing");
   if (w.is_fp8_block()) {  // W8A8, as the model's layers run it
     linear_w8a8(x, w, out);

@@ -47,8 +47,9 @@ void launch_copy_q_pe(const MlaAbsorbQParams& p, cudaStream_t stream) {
   int64_t rows = p.T * p.H;
   if (rows == 0 || p.rope == 0) return;
   auto* dst = static_cast<__nv_bfloat16*>(p.q_latent) + p.L;
+  const uint64_t q_pe_at = reinterpret_cast<uintptr_t>(p.q_pe), dst_at = reinterpret_cast<uintptr_t>(dst);
   bool vec = p.rope % 8 == 0 && p.pe_st0 % 8 == 0 && p.pe_st1 % 8 == 0 && p.ql_st0 % 8 == 0 && p.ql_st1 % 8 == 0 &&
-             alignment_of({uint64_t(reinterpret_cast<uintptr_t>(p.q_pe)), uint64_t(reinterpret_cast<uintptr_t>(dst))}) >= 16;
+             alignment_of({q_pe_at, dst_at}) >= 16;
   constexpr int kThreads = 256;
   if (vec) {
     int chunks = int(p.rope / 8);

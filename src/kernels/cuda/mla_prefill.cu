@@ -245,7 +245,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1) mla_prefill_kernel(const MlaPr
                   (lane & 3) * 2;
 #pragma unroll
         for (int d = 0; d < kDv / 8; ++d)
-          *reinterpret_cast<uint32_t*>(o + d * 8) = pack_bf16(acc_o[mr][d][2 * hh] * inv, acc_o[mr][d][2 * hh + 1] * inv);
+          *reinterpret_cast<uint32_t*>(o + d * 8) =
+              pack_bf16(acc_o[mr][d][2 * hh] * inv, acc_o[mr][d][2 * hh + 1] * inv);
       }
     }
   }

@@ -93,8 +93,9 @@ class MoeRunner {
   };
   // x [T, H], ids [T, k], weights [T, k] (row stride w_ld), out [T, H]; all device pointers.
   // FP8 experts always take the sorted path through the FP8 grouped GEMM (graph-capturable; H and I
-  // multiples of 128). For BF16 ones, decode kernels run when T * k <= decode_pair_limit(E) and the rows are 16-byte aligned; they and
-  // the grouped GEMM can run inside a CUDA graph, the per-expert GEMMs cannot.
+  // multiples of 128). For BF16 ones, decode kernels run when T * k <= decode_pair_limit(E) and the
+  // rows are 16-byte aligned; they and the grouped GEMM can run inside a CUDA graph, the per-expert
+  // GEMMs cannot.
   void run(const Experts& experts, const void* x, int64_t x_ld, const int32_t* ids, const float* weights,
            int64_t w_ld, int32_t T, int32_t k, int32_t H, int32_t I, void* out, int64_t out_ld, GemmRunner& gemm,
            cudaStream_t stream);
@@ -129,9 +130,10 @@ class MoeRunner {
   // FP8 experts (after the align, and x quantized per token per 128 channels into xq / x_scale
   // beside it): gate/up (split over K when few rows), SiLU-and-mul quantizing the activation, down,
   // combine.
-  void run_fp8(const Experts& ex, const void* const* dptr, int32_t E, const void* x, int64_t x_ld, const float* weights, int64_t w_ld,
-               int32_t T, int32_t k, int32_t H, int32_t I, const int32_t* offsets, const int32_t* sorted,
-               const int32_t* pos, void* out, int64_t out_ld, cudaStream_t stream);
+  void run_fp8(const Experts& ex, const void* const* dptr, int32_t E, const void* x, int64_t x_ld,
+               const float* weights, int64_t w_ld, int32_t T, int32_t k, int32_t H, int32_t I,
+               const int32_t* offsets, const int32_t* sorted, const int32_t* pos, void* out, int64_t out_ld,
+               cudaStream_t stream);
 
   // The launch of one FP8 product: forced, else tuned (when it fits p), else planned.
   MoeFp8Launch fp8_launch(const MoeFp8GemmParams& p, const std::optional<MoeFp8Launch>& forced,

@@ -4,7 +4,8 @@
 // A CTA owns 16 output rows; its 8 warps split K in 32-wide chunks and add their partial sums in
 // shared memory. When 16-row blocks alone give too few CTAs to keep the memory system busy (a
 // narrow N), `splits` CTAs share a block's K: each writes its fp32 partial to a workspace, and the
-// last to finish (an atomic counter per block, reset by that CTA for the next launch) adds them. Within a chunk, thread (g = lane / 4, t4 = lane % 4) loads k in
+// last to finish (an atomic counter per block, reset by that CTA for the next launch) adds them.
+// Within a chunk, thread (g = lane / 4, t4 = lane % 4) loads k in
 // [chunk + 8 t4, chunk + 8 t4 + 8) of W rows g and g + 8 and of token g: a dot product does not
 // care in which order k is summed, so these 8 values serve as the fragment columns {2t4, 2t4+1,
 // 2t4+8, 2t4+9} of two m16n8k16 steps (the first and last four), for A and B alike.
