@@ -161,7 +161,10 @@ TEST_F(MlaDecode, PairedKernelOnOddRuns) {
 
 TEST_F(MlaDecode, Fp8CacheOnEveryKernel) {
   // e4m3 rows staged and widened to BF16 in shared memory by each kernel (16-row mma.sync, 64-row
-  // warpgroup MMA and its mma.sync fallback), scaled back by kv_scale; split jobs too.
+  // warpgroup MMA and its mma.sync fallback), scaled back by kv_scale; split jobs too, and (`many`)
+  // 16-row jobs of one or two queries whose CTAs each run across many jobs.
+  Batch many;
+  for (int i = 0; i < 300; ++i) many.seq_lens.push_back(1 + (i * 37) % 190), many.queries.push_back(1 + i % 2);
   for (float kv_scale : {1.0f, 0.0625f, 3.0f}) {
     fp8_kv_scale = kv_scale;
     for (bool fallback : {false, true}) {
@@ -171,6 +174,7 @@ TEST_F(MlaDecode, Fp8CacheOnEveryKernel) {
       EXPECT_LE(check({{5, 70, 300, 2049, 3}, {3, 2, 4, 1, 3}}, 16, 4), kTol) << kv_scale;
     }
     mma_sync = false;
+    EXPECT_LE(check(many, 16), kTol) << kv_scale;
     EXPECT_LE(check({{12345, 77}, {1, 1}}, 16), kTol) << kv_scale;
     EXPECT_LE(check({{9001}, {1}}, 128), kTol) << kv_scale;
   }
