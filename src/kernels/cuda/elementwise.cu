@@ -3,6 +3,7 @@
 // row, 2-byte accesses) handle any stride; 16-byte kernels below take aligned rows.
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/bf16x8.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
@@ -147,7 +148,6 @@ int threads_for(int64_t n) { return n >= 256 ? 256 : int((n + 31) / 32 * 32); }
 
 constexpr int kVec = 8;  // BF16 per uint4
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 // A [rows, n] BF16 matrix with leading dimension ld can be read as uint4 rows.
 bool vec_ok(const void* p, int64_t ld, int64_t n) { return aligned16(p) && ld % kVec == 0 && n % kVec == 0; }
 

@@ -8,6 +8,7 @@
 //   absorb_out: block (h, 16 rows of w_uv[h]): a warp dots 2 rows with the tokens' latents.
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/bf16x8.cuh"
 #include "kernels/cuda/mla_absorb.h"
 #include "kernels/cuda/pdl.cuh"
@@ -121,8 +122,6 @@ __global__ void __launch_bounds__(kThreads) absorb_out_few_kernel(MlaAbsorbOutPa
     }
   }
 }
-
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 // The variant of kTok tokens a pass for T <= kMlaAbsorbFewMaxTokens.
 template <class P>

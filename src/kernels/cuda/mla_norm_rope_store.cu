@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -109,9 +110,8 @@ __global__ void __launch_bounds__(kThreads) mla_norm_rope_store_kernel(MlaNormRo
 }  // namespace
 
 bool mla_norm_rope_store_fits(const MlaNormRopeStoreParams& p) {
-  auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   return p.kv_lora % 8 == 0 && p.kv_lora <= kMlaNormMaxWidth && p.rope % 2 == 0 && p.latent_ld % 8 == 0 &&
-         (p.kv_lora + p.rope) % 8 == 0 && aligned(p.latent) && aligned(p.cache) &&
+         (p.kv_lora + p.rope) % 8 == 0 && aligned16(p.latent) && aligned16(p.cache) &&
          (!p.cache_fp8 || (p.kv_scale > 0 && std::isfinite(p.kv_scale)));
 }
 

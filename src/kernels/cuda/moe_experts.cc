@@ -4,6 +4,7 @@
 #include <array>
 #include <map>
 
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/fp8_quant.h"
@@ -14,12 +15,6 @@
 #include "kernels/moe_tuning.h"
 
 namespace mlaserve::cuda {
-
-namespace {
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-}  // namespace
 
 struct MoeRunner::State {
   // One layer's pointer table: host copy (to recognise the list) and device copy [gate | up | down],

@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/bf16x8.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe_experts.h"
@@ -555,8 +556,7 @@ void launch_moe_align(const int32_t* ids, int32_t num_pairs, int32_t num_experts
 void launch_moe_gather(const void* x, int64_t x_ld, const int32_t* sorted_pairs, int32_t num_pairs, int32_t top_k,
                        int32_t hidden, void* xs, cudaStream_t s, const int32_t* routed) {
   if (num_pairs == 0) return;
-  bool vec = hidden % 8 == 0 && x_ld % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-             reinterpret_cast<uintptr_t>(xs) % 16 == 0;
+  bool vec = hidden % 8 == 0 && x_ld % 8 == 0 && aligned16(x) && aligned16(xs);
   auto xb = static_cast<const bf16*>(x);
   auto ob = static_cast<bf16*>(xs);
   if (vec)
@@ -569,8 +569,7 @@ void launch_moe_combine(const void* y, bool y_f32, const int32_t* pair_pos, cons
                         int32_t num_tokens, int32_t top_k, int32_t hidden, void* out, int64_t out_ld, cudaStream_t s) {
   if (num_tokens == 0) return;
   auto ob = static_cast<bf16*>(out);
-  if (hidden % 8 == 0 && out_ld % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(y) % 16 == 0) {
+  if (hidden % 8 == 0 && out_ld % 8 == 0 && aligned16(out) && aligned16(y)) {
     // Small batches (decode) get 32-thread blocks, so their few tokens still spread over many SMs.
     const int vecs = hidden / 8, threads = num_tokens < 128 ? 32 : vecs >= 128 ? 128 : 32 * ((vecs + 31) / 32);
     dim3 grid(unsigned(num_tokens), unsigned((vecs + threads - 1) / threads));

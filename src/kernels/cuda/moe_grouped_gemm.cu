@@ -10,6 +10,7 @@
 // + experts), and each block finds its expert by a prefix sum of the tile counts in shared memory;
 // blocks past the last tile exit at once. Rows of a tile past its expert's end are zero-filled
 // and not stored.
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/moe_grouped_gemm.h"
@@ -144,13 +145,12 @@ void launch_narrow(const MoeGroupedGemmParams& p, cudaStream_t stream) {
 bool moe_grouped_gemm_wide(int32_t max_rows, int32_t num_experts) { return max_rows >= 48 * num_experts; }
 
 bool moe_grouped_gemm_fits(const MoeGroupedGemmParams& p) {
-  auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   bool tiles_ok = !moe_grouped_gemm_wide(p.max_rows, p.num_experts)
                       ? !p.silu_and_mul && (p.w_hi == nullptr || p.n_split % kBN == 0) && p.a_rows == nullptr &&
                             (p.lda == 0 || p.lda == p.K)
                       : (p.w_hi != nullptr) == p.silu_and_mul && p.lda % 8 == 0 && p.a_rows_div > 0;
   return p.K % 8 == 0 && p.ldc % 2 == 0 && p.num_experts > 0 && p.num_experts <= kMoeGroupedMaxExperts &&
-         aligned(p.a) && reinterpret_cast<uintptr_t>(p.c) % 4 == 0 && tiles_ok;
+         aligned16(p.a) && reinterpret_cast<uintptr_t>(p.c) % 4 == 0 && tiles_ok;
 }
 
 void launch_moe_grouped_gemm(const MoeGroupedGemmParams& p, cudaStream_t stream) {

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/mma_primitives.cuh"
@@ -233,8 +234,8 @@ bool moe_grouped_gemm_fp8_fits(const MoeFp8GemmParams& p) {
                            : l.tile_rows == 16 || l.tile_rows == 32 || l.tile_rows == 64 || l.tile_rows == 128;
   return tile_ok && p.N % kBN == 0 && p.K % kBK == 0 && p.K < (1 << 20) && p.n_split % kBN == 0 && p.n_split > 0 &&
          p.lda > 0 && p.lda % 16 == 0 && p.ld_a_scale > 0 && p.ld_w_scale >= p.K / kBK &&
-         reinterpret_cast<uintptr_t>(p.a) % 16 == 0 && p.num_experts > 0 &&
-         (p.c_f32 || (p.ldc % 8 == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0)) &&
+         aligned16(p.a) && p.num_experts > 0 &&
+         (p.c_f32 || (p.ldc % 8 == 0 && aligned16(p.c))) &&
          p.num_experts <= kMoeGroupedMaxExperts && l.k_splits >= 1 && l.k_splits <= p.K / kBK &&
          (l.k_splits == 1 || p.c_f32) && l.n_tiles_per_block >= 1 && (p.a_rows == nullptr || p.a_rows_div > 0) &&
          p.tiled_experts >= 0 && p.tiled_experts <= p.num_experts;
@@ -283,8 +284,7 @@ void launch_moe_grouped_gemm_fp8(const MoeFp8GemmParams& p, cudaStream_t stream)
 }
 
 void launch_moe_fp8_tile_weights(const void* src, int64_t N, int64_t K, void* dst, cudaStream_t stream) {
-  MLA_CHECK(N % kBN == 0 && K % kBK == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
-                reinterpret_cast<uintptr_t>(dst) % 16 == 0,
+  MLA_CHECK(N % kBN == 0 && K % kBK == 0 && aligned16(src) && aligned16(dst),
             "moe FP8 weight tiling: [{}, {}] is not whole 128 x 128 blocks 16-byte aligned", N, K);
   const int64_t chunks = N * K / 16;
   if (chunks == 0) return;

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_common.cuh"
@@ -148,9 +149,8 @@ void launch_nt(const bf16* x, int64_t ldx, const bf16* w, int64_t ldw, void* out
 }  // namespace
 
 bool skinny_gemm_fits(const void* x, int64_t ldx, const void* w, int64_t ldw, int64_t T, int64_t K) {
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return T >= 1 && T <= kSkinnyGemmMaxRows && K % 8 == 0 && ldx % 8 == 0 && ldw % 8 == 0 && aligned(x) &&
-         aligned(w) && K < (int64_t(1) << 31);
+  return T >= 1 && T <= kSkinnyGemmMaxRows && K % 8 == 0 && ldx % 8 == 0 && ldw % 8 == 0 && aligned16(x) &&
+         aligned16(w) && K < (int64_t(1) << 31);
 }
 
 int skinny_gemm_splits(int64_t N, int64_t K, int num_sms) {

@@ -21,6 +21,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -295,10 +296,9 @@ std::string to_string(const SkinnyFp8Config& c) {
 }
 
 bool skinny_gemm_fp8_fits(const SkinnyFp8Problem& p) {
-  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   const bool batches_aligned = p.batch == 1 || (p.x_batch % 8 == 0 && p.w_batch % 16 == 0);
   return p.T >= 1 && p.K % kBlockK == 0 && p.N % 16 == 0 && p.N > 0 && p.batch >= 1 && p.batch < 65536 &&
-         p.ldx % 8 == 0 && p.ldw % 16 == 0 && aligned(p.x) && aligned(p.w) && batches_aligned &&
+         p.ldx % 8 == 0 && p.ldw % 16 == 0 && aligned16(p.x) && aligned16(p.w) && batches_aligned &&
          p.K < (int64_t(1) << 31) && p.N < (int64_t(1) << 31) && p.T < (int64_t(1) << 31) &&
          (p.N / 16 + 1) * token_tiles(p.T) < (int64_t(1) << 31);
 }
