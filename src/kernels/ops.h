@@ -55,6 +55,15 @@ struct SamplingParams {
   uint64_t step = 0;   // index of the token being drawn
 };
 
+// An activation quantized for FP8 W8A8 linears, as quantize_fp8_per_token_group makes it: q [T, K]
+// F8_E4M3 and scales [T, ceil(K / group)] F32, with the strides of Backend::empty_fp8_activation
+// (a backend lays them out as its GEMMs read them).
+struct Fp8Activation {
+  Tensor q, scales;
+  int64_t group = 128;
+  bool defined() const { return q.defined(); }
+};
+
 // One recorded sequence of a backend's ops (Backend::capture), replayed as one launch.
 class BackendGraph {
  public:
@@ -160,6 +169,19 @@ class Backend {
   // Both of the above from the activation x [T, K]. The default runs them in turn; a backend whose
   // GEMM wants the activation in another layout quantizes straight into it.
   virtual void linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out);
+  // Whether a W8A8 linear of T tokens on w is better fed its input quantized by the producer
+  // (below) than as BF16 rows: true where the backend would quantize in a launch of its own.
+  virtual bool wants_fp8_input(int64_t T, const LinearWeight& w) const { return true; }
+  // An uninitialized Fp8Activation of T x K in groups of `group`, for the fused producers below and
+  // linear_fp8_w8a8 (default: contiguous q and scales).
+  virtual Fp8Activation empty_fp8_activation(int64_t T, int64_t K, int64_t group);
+  // The producers of a linear's input, with the input also quantized for FP8 W8A8 (saves a pass
+  // over the activation and a launch where fused): rmsnorm (residual null) or add_rmsnorm
+  // (residual given), and silu_and_mul; then fp8 = quantize_fp8_per_token_group(out, fp8.group).
+  // out may be undefined where only the quantized form is wanted. The defaults run the ops in turn.
+  virtual void rmsnorm_fp8(const Tensor& x, Tensor* residual, const Tensor& w, float eps, Tensor& out,
+                           Fp8Activation& fp8);
+  virtual void silu_and_mul_fp8(const Tensor& gate, const Tensor& up, Tensor& out, Fp8Activation& fp8);
   // out = silu(x[:, :I]) * x[:, I:]. x [T, 2I] (or gate and up given apart), out [T, I].
   virtual void silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
   // x += y. [T, D].
@@ -233,6 +255,11 @@ class Backend {
 // out = x · W^T as the weight is meant to run: FP8 block weights as W8A8 (activations quantized per
 // token per w.block_k channels) where the backend supports it, everything else by Backend::linear.
 void apply_linear(Backend& ops, const Tensor& x, const LinearWeight& w, Tensor& out);
+// Whether apply_linear runs w as FP8 W8A8 on this backend (so its input may come quantized).
+bool runs_w8a8(const Backend& ops, const LinearWeight& w);
+// apply_linear of an input that may already be quantized: xq where defined and w runs as W8A8,
+// else x (which must then be defined).
+void apply_linear(Backend& ops, const Tensor& x, const Fp8Activation& xq, const LinearWeight& w, Tensor& out);
 
 std::unique_ptr<Backend> make_cpu_backend();
 // "cpu" or "cuda" (the latter only in builds with CUDA); an unknown name is an Error.

@@ -196,6 +196,49 @@ void DeepseekModel::fuse_shared_experts() {
     spdlog::info("shared experts of {} MoE layers run apart: {}", with_shared - fused, why_not);
 }
 
+namespace {
+
+// The forms of an activation of T rows its readers take: quantized in groups of `group` for those
+// that run as FP8 W8A8 on this backend and want it so (Backend::wants_fp8_input), BF16 rows (plain)
+// for the others (a reader of other blocks takes the plain rows).
+struct Readers {
+  bool plain = false, fp8 = false;
+  int64_t group = 0;
+};
+
+Readers readers_of(const Backend& ops, int64_t T, std::initializer_list<const LinearWeight*> weights) {
+  Readers r;
+  for (const LinearWeight* w : weights) {
+    if (!w->weight.defined()) continue;
+    if (runs_w8a8(ops, *w) && ops.wants_fp8_input(T, *w) && (!r.fp8 || w->block_k == r.group)) {
+      r.fp8 = true, r.group = w->block_k;
+    } else {
+      r.plain = true;
+    }
+  }
+  if (!r.fp8) r.plain = true;
+  return r;
+}
+
+}  // namespace
+
+DeepseekModel::BlockInput DeepseekModel::normalize(const Tensor& x, Tensor* residual, const Tensor& w, Tensor out,
+                                                   std::initializer_list<const LinearWeight*> readers) {
+  Backend& ops = backend_;
+  const float eps = float(config_.rms_norm_eps);
+  const Readers r = readers_of(ops, x.size(0), readers);
+  BlockInput in;
+  if (r.plain) in.x = out;
+  if (!r.fp8) {
+    if (residual) ops.add_rmsnorm(x, *residual, w, eps, out);
+    else ops.rmsnorm(x, w, eps, out);
+    return in;
+  }
+  in.fp8 = ops.empty_fp8_activation(x.size(0), x.size(1), r.group);
+  ops.rmsnorm_fp8(x, residual, w, eps, in.x, in.fp8);
+  return in;
+}
+
 Tensor DeepseekModel::forward(const ForwardBatch& host_batch, KvPool& kv) {
   return forward_on_backend(batch_to_backend(host_batch, backend_), kv);
 }
@@ -216,12 +259,16 @@ Tensor DeepseekModel::forward_on_backend(ForwardBatch batch, KvPool& kv) {
   float eps = float(c.rms_norm_eps);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = weights_.layers[size_t(l)];
+    const AttentionWeights& a = w.attn;
     // The residual stream lives in `residual`; each block reads its normalized copy.
-    if (l == 0) ops.rmsnorm(residual, w.input_norm, eps, normed);
-    else ops.add_rmsnorm(hidden, residual, w.input_norm, eps, normed);
-    Tensor attn_out = attention(l, normed, batch, kv);
-    ops.add_rmsnorm(attn_out, residual, w.post_attention_norm, eps, normed);
-    hidden = w.is_moe ? moe(l, normed) : dense_mlp(w.mlp, normed);
+    BlockInput attn_in = normalize(l == 0 ? residual : hidden, l == 0 ? nullptr : &residual, w.input_norm, normed,
+                                   {&a.q_kv_a, &a.q_proj, &a.q_a_proj, &a.kv_a_proj});
+    Tensor attn_out = attention(l, attn_in, batch, kv);
+    if (w.is_moe)  // the router and the experts read BF16 rows (the FP8 experts quantize beside their sort)
+      hidden = moe(l, normalize(attn_out, &residual, w.post_attention_norm, normed, {}).x);
+    else
+      hidden = dense_mlp(w.mlp, normalize(attn_out, &residual, w.post_attention_norm, normed,
+                                          {&w.mlp.gate_up, &w.mlp.gate, &w.mlp.up}));
   }
   ops.add_rmsnorm(hidden, residual, weights_.final_norm, eps, normed);
 
@@ -233,12 +280,12 @@ Tensor DeepseekModel::forward_on_backend(ForwardBatch batch, KvPool& kv) {
   return logits;
 }
 
-Tensor DeepseekModel::attention(int64_t l, const Tensor& x, const ForwardBatch& batch, KvPool& kv) {
+Tensor DeepseekModel::attention(int64_t l, const BlockInput& in, const ForwardBatch& batch, KvPool& kv) {
   Backend& ops = backend_;
   const ModelConfig& c = config_;
   const AttentionWeights& w = weights_.layers[size_t(l)].attn;
   DType act = ops.activation_dtype();
-  int64_t T = x.size(0), nh = c.num_attention_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim;
+  int64_t T = in.rows(), nh = c.num_attention_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim;
   int64_t L = c.kv_lora_rank, V = c.v_head_dim, qk = c.qk_head_dim();
 
   // q_proj(x) (or q_a(x) with q_lora) and the token's cache entry kv_a(x) = [c_kv, k_pe] read the
@@ -247,22 +294,22 @@ Tensor DeepseekModel::attention(int64_t l, const Tensor& x, const ForwardBatch& 
   Tensor q_or_qa, latent;
   if (w.q_kv_a.weight.defined()) {
     Tensor both = ops.empty(act, {T, Nq + L + rope});
-    apply_linear(ops, x, w.q_kv_a, both);
+    apply_linear(ops, in.x, in.fp8, w.q_kv_a, both);
     q_or_qa = both.narrow(1, 0, Nq);
     latent = both.narrow(1, Nq, L + rope);
   } else {
     q_or_qa = ops.empty(act, {T, Nq});
-    apply_linear(ops, x, c.q_lora_rank > 0 ? w.q_a_proj : w.q_proj, q_or_qa);
+    apply_linear(ops, in.x, in.fp8, c.q_lora_rank > 0 ? w.q_a_proj : w.q_proj, q_or_qa);
     latent = ops.empty(act, {T, L + rope});
-    apply_linear(ops, x, w.kv_a_proj, latent);
+    apply_linear(ops, in.x, in.fp8, w.kv_a_proj, latent);
   }
   // Queries: q = q_b(rmsnorm(q_a(x))) or q_proj(x); [T, nh, nope + rope], rows q.stride(0) apart
   // (reshape takes contiguous tensors only).
   Tensor q = q_or_qa;
   if (c.q_lora_rank > 0) {
-    ops.rmsnorm(q_or_qa, w.q_a_norm, float(c.rms_norm_eps), q_or_qa);
+    BlockInput qa = normalize(q_or_qa, nullptr, w.q_a_norm, q_or_qa, {&w.q_b_proj});
     q = ops.empty(act, {T, nh * qk});
-    apply_linear(ops, q_or_qa, w.q_b_proj, q);
+    apply_linear(ops, qa.x, qa.fp8, w.q_b_proj, q);
   }
   Tensor q3 = q.as_strided({T, nh, qk}, {q.stride(0), qk, 1});
   Tensor q_nope = q3.narrow(2, 0, nope), q_pe = q3.narrow(2, nope, rope);
@@ -298,22 +345,32 @@ Tensor DeepseekModel::attention(int64_t l, const Tensor& x, const ForwardBatch& 
   return o;
 }
 
-Tensor DeepseekModel::dense_mlp(const GatedMlpWeights& w, const Tensor& x) {
+Tensor DeepseekModel::dense_mlp(const GatedMlpWeights& w, const BlockInput& in) {
   Backend& ops = backend_;
-  int64_t T = x.size(0), I = w.down.in_features();
-  Tensor g = ops.empty(ops.activation_dtype(), {T, I});
+  int64_t T = in.rows(), I = w.down.in_features();
+  DType act = ops.activation_dtype();
+  Tensor gate, up;
   if (w.gate_up.weight.defined()) {
-    Tensor gu = ops.empty(ops.activation_dtype(), {T, 2 * I});
-    apply_linear(ops, x, w.gate_up, gu);
-    ops.silu_and_mul(gu.narrow(1, 0, I), gu.narrow(1, I, I), g);
+    Tensor gu = ops.empty(act, {T, 2 * I});
+    apply_linear(ops, in.x, in.fp8, w.gate_up, gu);
+    gate = gu.narrow(1, 0, I), up = gu.narrow(1, I, I);
   } else {
-    Tensor u = ops.empty(ops.activation_dtype(), {T, I});
-    apply_linear(ops, x, w.gate, g);
-    apply_linear(ops, x, w.up, u);
-    ops.silu_and_mul(g, u, g);
+    gate = ops.empty(act, {T, I}), up = ops.empty(act, {T, I});
+    apply_linear(ops, in.x, in.fp8, w.gate, gate);
+    apply_linear(ops, in.x, in.fp8, w.up, up);
   }
-  Tensor out = ops.empty(ops.activation_dtype(), {T, x.size(1)});
-  apply_linear(ops, g, w.down, out);
+  // silu(gate) * up, quantized by the same kernel where down runs as FP8 W8A8.
+  const Readers r = readers_of(ops, T, {&w.down});
+  BlockInput h;
+  if (r.fp8) {
+    h.fp8 = ops.empty_fp8_activation(T, I, r.group);
+    ops.silu_and_mul_fp8(gate, up, h.x, h.fp8);
+  } else {
+    h.x = ops.empty(act, {T, I});
+    ops.silu_and_mul(gate, up, h.x);
+  }
+  Tensor out = ops.empty(act, {T, w.down.out_features()});
+  apply_linear(ops, h.x, h.fp8, w.down, out);
   return out;
 }
 
@@ -334,9 +391,9 @@ Tensor DeepseekModel::moe(int64_t layer, const Tensor& x) {
   ops.moe_experts(x, ids, weights, w.experts, out);
   if (chunks > 0 && !route_shared) {
     for (size_t e = w.experts.size() - size_t(chunks); e < w.experts.size(); ++e)
-      ops.add(out, dense_mlp(w.experts[e], x));
+      ops.add(out, dense_mlp(w.experts[e], {x, {}}));
   } else if (chunks == 0 && w.has_shared) {
-    ops.add(out, dense_mlp(w.shared, x));
+    ops.add(out, dense_mlp(w.shared, {x, {}}));
   }
   ops.all_reduce(out);
   return out;

@@ -3,6 +3,7 @@
 // absorbed form for decode), then a dense MLP for the first_k_dense_replace layers and MoE after.
 #pragma once
 
+#include <initializer_list>
 #include <vector>
 
 #include "cache/kv_pool.h"
@@ -53,8 +54,20 @@ class DeepseekModel {
   Backend& backend() { return backend_; }
 
  private:
-  Tensor attention(int64_t layer, const Tensor& x, const ForwardBatch& batch, KvPool& kv);
-  Tensor dense_mlp(const GatedMlpWeights& w, const Tensor& x);
+  // A block's input, in the forms its linears read: BF16 rows x for those that run unquantized
+  // (undefined where none does), and x quantized for those that run as FP8 W8A8 (by the kernel that
+  // normalizes it; undefined where none does).
+  struct BlockInput {
+    Tensor x;
+    Fp8Activation fp8;
+    int64_t rows() const { return x.defined() ? x.size(0) : fp8.q.size(0); }
+  };
+  // rmsnorm(x) * w into out (residual given: residual += x first, and that normalized) in the forms
+  // `readers` take.
+  BlockInput normalize(const Tensor& x, Tensor* residual, const Tensor& w, Tensor out,
+                       std::initializer_list<const LinearWeight*> readers);
+  Tensor attention(int64_t layer, const BlockInput& in, const ForwardBatch& batch, KvPool& kv);
+  Tensor dense_mlp(const GatedMlpWeights& w, const BlockInput& in);
   Tensor moe(int64_t layer, const Tensor& x);
   // Appends each MoE layer's shared-expert chunks to its experts where options_ and the weights
   // allow (fills shared_chunks_).

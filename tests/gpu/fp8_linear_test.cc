@@ -2,6 +2,9 @@
 // block-scaled GEMM (same e4m3 inputs and scales, fp32 accumulation), and the whole apply_linear.
 #include "gpu_test_util.h"
 
+#include <cstring>
+#include <vector>
+
 #include "kernels/cpu/cpu_backend.h"
 #include "weights/fp8_block_quant.h"
 
@@ -178,6 +181,98 @@ TEST_F(Fp8Linear, SkinnyKernelMatchesTheReferenceInEveryLaunch) {
                   << dtype_name(out_dt);
             }
           }
+    }
+  }
+}
+
+// An activation's scales [T, G] on the host, from either layout (contiguous, or
+// empty_fp8_activation's token-contiguous columns).
+Tensor scales_to_host(cuda::CudaBackend& gpu, const Tensor& s) {
+  if (s.stride(1) == 1) return gpu.to_host(s);
+  const int64_t T = s.size(0), G = s.size(1), ld = s.stride(1);
+  Tensor cols = gpu.to_host(s.as_strided({G, ld}, {ld, 1})), out = Tensor::empty(DType::F32, {T, G});
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < G; ++g) out.data<float>()[t * G + g] = cols.data<float>()[g * ld + t];
+  return out;
+}
+
+// Both layouts an activation comes in: empty_fp8_activation's and plain contiguous tensors.
+std::vector<Fp8Activation> activation_layouts(cuda::CudaBackend& gpu, int64_t T, int64_t K) {
+  return {gpu.empty_fp8_activation(T, K, 128),
+          {gpu.empty(DType::F8_E4M3, {T, K}), gpu.empty(DType::F32, {T, (K + 127) / 128}), 128}};
+}
+
+// rmsnorm (with and without the residual add) and silu_and_mul quantizing their output in the same
+// kernel: the same BF16 output and residual as the plain ops, and the codes and scales of quantizing
+// that output, bit for bit; also without the BF16 output, in both activation layouts, on strided
+// rows, and where the kernel cannot fuse (200 channels: the default's two launches).
+TEST_F(Fp8Linear, FusedProducersQuantizeTheirOutputExactly) {
+  for (int64_t D : {7168, 1536, 512, 200})
+    for (int64_t T : {1, 7, 33}) {
+      SCOPED_TRACE(testing::Message() << "T=" << T << " D=" << D);
+      Tensor x = dev_bf16(random_f32({T, D + 64}, seed + D + T, 2.0f)).narrow(1, 0, D);
+      Tensor up = dev_bf16(random_f32({T, D}, seed + 1, 2.0f));
+      Tensor res0 = random_f32({T, D}, seed + 2, 1.0f);
+      Tensor norm = gpu.to_backend(random_f32({D}, seed + 3, 0.3f));
+      for (int op = 0; op < 3; ++op) {  // rmsnorm, add_rmsnorm, silu_and_mul
+        Tensor want = gpu.empty(DType::BF16, {T, D}), res_want = dev_bf16(res0);
+        if (op == 0) gpu.rmsnorm(x, norm, 1e-6f, want);
+        if (op == 1) gpu.add_rmsnorm(x, res_want, norm, 1e-6f, want);
+        if (op == 2) gpu.silu_and_mul(x, up, want);
+        Tensor wq = gpu.empty(DType::F8_E4M3, {T, D}), ws = gpu.empty(DType::F32, {T, (D + 127) / 128});
+        gpu.quantize_fp8_per_token_group(want, 128, wq, ws);
+        Tensor want_h = gpu.to_host(want), wq_h = gpu.to_host(wq), ws_h = gpu.to_host(ws);
+        Tensor res_want_h = gpu.to_host(res_want);
+        for (bool with_out : {true, false})
+          for (Fp8Activation f : activation_layouts(gpu, T, D)) {
+            Tensor out = with_out ? poisoned(gpu, DType::BF16, {T, D}) : Tensor{}, res = dev_bf16(res0);
+            if (op == 2) gpu.silu_and_mul_fp8(x, up, out, f);
+            else gpu.rmsnorm_fp8(x, op == 1 ? &res : nullptr, norm, 1e-6f, out, f);
+            Tensor q = gpu.to_host(f.q), sc = scales_to_host(gpu, f.scales);
+            EXPECT_EQ(std::memcmp(q.raw(), wq_h.raw(), size_t(T * D)), 0) << "op " << op << " out " << with_out;
+            EXPECT_EQ(std::memcmp(sc.raw(), ws_h.raw(), ws_h.nbytes()), 0) << "op " << op << " out " << with_out;
+            if (with_out)
+              EXPECT_EQ(std::memcmp(gpu.to_host(out).raw(), want_h.raw(), want_h.nbytes()), 0) << "op " << op;
+            if (op == 1) EXPECT_EQ(std::memcmp(gpu.to_host(res).raw(), res_want_h.raw(), res_want_h.nbytes()), 0);
+          }
+      }
+    }
+}
+
+// The W8A8 linear of an activation that comes quantized: the skinny kernel reading the codes and
+// scales where they are, in every launch shape, and the op (skinny or cuBLASLt by token count) in
+// both activation layouts, against the CPU reference.
+TEST_F(Fp8Linear, QuantizedInputsMatchTheReference) {
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{1536, 7168}, {640, 1536}, {384, 256}}) {
+    LinearWeight w = quantize_fp8_blocks(random_f32({N, K}, seed + N, 0.05f), 128, 128);
+    LinearWeight wd = gpu.to_backend(w);
+    for (int64_t T : {1, 3, 8, 9, 16, 17, 37}) {
+      SCOPED_TRACE(testing::Message() << "N=" << N << " K=" << K << " T=" << T);
+      Tensor x = bf16_exact({T, K}, seed + T, 2.0f), xd = dev_bf16(x);
+      Tensor want = Tensor::empty(DType::F32, {T, N});
+      apply_linear(*cpu, x, w, want);
+      // Untuned, the skinny kernel quantizes BF16 rows itself up to 8 tokens.
+      EXPECT_EQ(gpu.wants_fp8_input(T, wd), T > cuda::kSkinnyFp8DefaultMaxRows);
+      for (Fp8Activation f : activation_layouts(gpu, T, K)) {
+        gpu.quantize_fp8_per_token_group(xd, 128, f.q, f.scales);
+        Tensor out = poisoned(gpu, DType::BF16, {T, N});
+        apply_linear(gpu, Tensor{}, f, wd, out);
+        double err = rel_l2(gpu.to_host(out), want);
+        worst = std::max(worst, err);
+        EXPECT_LE(err, kBf16Tolerance);
+        if (T > cuda::kSkinnyFp8MaxRows) continue;
+        for (int k_warps : {8, 2})
+          for (int row_tiles : {1, 2, 4})
+            for (int splits : {1, 2}) {
+              const cuda::SkinnyFp8Config c{row_tiles, splits, k_warps};
+              if (!cuda::skinny_gemm_fp8_valid(c, K)) continue;
+              Tensor o32 = poisoned(gpu, DType::F32, {T, N});
+              gpu.linear_fp8_w8a8_skinny(f.q, f.scales, wd, o32, c);
+              err = rel_l2(gpu.to_host(o32), want);
+              worst = std::max(worst, err);
+              EXPECT_LE(err, 1e-3) << cuda::to_string(c);
+            }
+      }
     }
   }
 }

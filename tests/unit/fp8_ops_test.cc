@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 
@@ -262,6 +263,53 @@ TEST(Fp8Linear, ApplyLinearRunsFp8WeightsAsW8A8OnTheCpu) {
   apply_linear(*cpu, x, LinearWeight{wf, {}}, applied);
   cpu->linear(x, LinearWeight{wf, {}}, via_ops);
   for (int64_t i = 0; i < 3 * 64; ++i) EXPECT_EQ(applied.data<float>()[i], via_ops.data<float>()[i]) << i;
+}
+
+// The producers that also quantize their output (what a faster backend fuses) give the plain op's
+// output and its quantization; an input that comes quantized runs the W8A8 linear on it, and one
+// that a weight cannot take quantized is refused unless the plain rows are there too.
+TEST(Fp8Linear, NormAndSiluProducersQuantizeTheirOutputForTheLinear) {
+  auto cpu = make_cpu_backend();
+  const int64_t T = 3, D = 256;
+  Tensor x = random_f32({T, D}, 7), res = random_f32({T, D}, 8), norm = random_f32({D}, 9, 0.2f);
+  for (bool with_residual : {false, true}) {
+    Tensor res_a = Tensor::empty(DType::F32, {T, D}), res_b = Tensor::empty(DType::F32, {T, D});
+    std::memcpy(res_a.raw(), res.raw(), res.nbytes());
+    Tensor want = Tensor::empty(DType::F32, {T, D}), got = Tensor::empty(DType::F32, {T, D});
+    if (with_residual) cpu->add_rmsnorm(x, res_a, norm, 1e-6f, want);
+    else cpu->rmsnorm(x, norm, 1e-6f, want);
+    Quantized wq = quantize(*cpu, want, 128);
+    for (bool with_out : {true, false}) {
+      Fp8Activation f = cpu->empty_fp8_activation(T, D, 128);
+      Tensor out = with_out ? got : Tensor{};
+      if (with_residual) std::memcpy(res_b.raw(), res.raw(), res.nbytes());
+      cpu->rmsnorm_fp8(x, with_residual ? &res_b : nullptr, norm, 1e-6f, out, f);
+      EXPECT_EQ(std::memcmp(f.q.raw(), wq.q.raw(), size_t(T * D)), 0);
+      EXPECT_EQ(std::memcmp(f.scales.raw(), wq.scales.raw(), wq.scales.nbytes()), 0);
+      if (with_out) EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0);
+      if (with_residual) EXPECT_EQ(std::memcmp(res_b.raw(), res_a.raw(), res_a.nbytes()), 0);
+    }
+  }
+  Tensor up = random_f32({T, D}, 10), h = Tensor::empty(DType::F32, {T, D});
+  cpu->silu_and_mul(x, up, h);
+  Quantized hq = quantize(*cpu, h, 128);
+  Fp8Activation f = cpu->empty_fp8_activation(T, D, 128);
+  Tensor none;
+  cpu->silu_and_mul_fp8(x, up, none, f);
+  EXPECT_EQ(std::memcmp(f.q.raw(), hq.q.raw(), size_t(T * D)), 0);
+  EXPECT_EQ(std::memcmp(f.scales.raw(), hq.scales.raw(), hq.scales.nbytes()), 0);
+
+  LinearWeight w = quantize_fp8_blocks(random_f32({64, D}, 11, 0.06f), 128, 128);
+  Tensor from_q = Tensor::empty(DType::F32, {T, 64}), from_x = Tensor::empty(DType::F32, {T, 64});
+  apply_linear(*cpu, Tensor{}, f, w, from_q);
+  apply_linear(*cpu, h, w, from_x);
+  EXPECT_EQ(std::memcmp(from_q.raw(), from_x.raw(), from_x.nbytes()), 0);
+  // Unquantized weights read the plain rows, which must then be given.
+  LinearWeight plain{random_f32({64, D}, 12, 0.06f), {}};
+  apply_linear(*cpu, h, f, plain, from_q);
+  cpu->linear(h, plain, from_x);
+  EXPECT_EQ(std::memcmp(from_q.raw(), from_x.raw(), from_x.nbytes()), 0);
+  EXPECT_THROW(apply_linear(*cpu, Tensor{}, f, plain, from_q), Error);
 }
 
 TEST(Fp8Linear, BlockQuantizedWeightsDequantizeCloseToTheOriginal) {

@@ -68,10 +68,22 @@ class CudaBackend final : public Backend {
   void quantize_fp8_per_token_group(const Tensor& x, int64_t group, Tensor& q, Tensor& scales) override;
   void linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) override;
   void linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out) override;
+  // False where the skinny kernel would run on BF16 rows (it quantizes them as it reads them).
+  bool wants_fp8_input(int64_t T, const LinearWeight& w) const override;
+  // Codes in rows padded to cuBLASLt's 16 tokens and scales token-contiguous ([G, Tp] seen as
+  // [T, G]), so linear_fp8_w8a8 hands them to the GEMM without a copy.
+  Fp8Activation empty_fp8_activation(int64_t T, int64_t K, int64_t group) override;
+  // One kernel each where the rows allow it (elementwise.cu), else the defaults.
+  void rmsnorm_fp8(const Tensor& x, Tensor* residual, const Tensor& w, float eps, Tensor& out,
+                   Fp8Activation& fp8) override;
+  void silu_and_mul_fp8(const Tensor& gate, const Tensor& up, Tensor& out, Fp8Activation& fp8) override;
   // linear_w8a8 through one kernel (tests and the tuner; the op picks by the tuned table): the
   // skinny kernel with a given launch (T <= 16), or quantization and cuBLASLt's block-scaled GEMM.
   void linear_w8a8_skinny(const Tensor& x, const LinearWeight& w, Tensor& out, const SkinnyFp8Config& c);
   void linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out);
+  // linear_fp8_w8a8 on the skinny kernel with a given launch (tests and benchmarks).
+  void linear_fp8_w8a8_skinny(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
+                              const SkinnyFp8Config& c);
   std::string device_name() const override;
   void set_moe_tuning(MoeTuning tuning) override;                                     // cuda_backend_moe.cc
   MoeTuning tune_moe(const std::vector<MoeTuneCase>& cases,
@@ -131,9 +143,11 @@ class CudaBackend final : public Backend {
   // cuda_backend_fp8.cc
   void check_fp8_linear(int64_t T, const LinearWeight& w, const Tensor& out) const;
   void fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w, Tensor& out);
-  // The skinny launch linear_w8a8 makes of x · W (the tuned one, else the default), or nothing
-  // where cuBLASLt runs it.
-  std::optional<SkinnyFp8Config> skinny_fp8_choice(const Tensor& x, const LinearWeight& w) const;
+  // The skinny launch of a W8A8 linear (the tuned one, else the default), or nothing where cuBLASLt
+  // runs it.
+  std::optional<SkinnyFp8Config> skinny_fp8_choice(const SkinnyFp8Problem& p) const;
+  // The skinny problem of linear_fp8_w8a8 (x quantized already).
+  SkinnyFp8Problem skinny_problem_fp8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out);
   // One launch of the skinny FP8 kernel, with its split-K scratch.
   void run_skinny_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c);
 

@@ -1,11 +1,14 @@
-// CudaBackend's FP8 W8A8 linear: per-token-group activation quantization (fp8_quant.cu) and the
-// block-scaled GEMM of GemmRunner (cuBLASLt), or for decode's few tokens the skinny FP8 kernel
+// CudaBackend's FP8 W8A8 linear: per-token-group activation quantization (fp8_quant.cu, or fused
+// into the rmsnorm / silu_and_mul that makes the activation, elementwise.cu) and the block-scaled
+// GEMM of GemmRunner (cuBLASLt), or for decode's few tokens the skinny FP8 kernel
 // (skinny_gemm_fp8.cu), as the tuned table says; FP8 weights kept as e4m3 plus their block scales.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/fp8_quant.h"
 #include "kernels/cuda/gemm_runner.h"
 #include "kernels/cuda/tensor_checks.h"
@@ -74,33 +77,102 @@ LinearWeight CudaBackend::to_backend(const LinearWeight& w) {
   return out;
 }
 
-void CudaBackend::quantize_fp8_per_token_group(const Tensor& x, int64_t group, Tensor& q, Tensor& scales) {
-  int64_t T = x.defined() ? x.size(0) : 0, K = x.defined() && x.ndim() == 2 ? x.size(1) : 0;
-  MLA_CHECK(group > 0, "quantize_fp8_per_token_group: group size {} must be positive", group);
-  check_matrix(x, DType::BF16, T, K, "quantize_fp8 x");
-  check_matrix(q, DType::F8_E4M3, T, K, "quantize_fp8 q");
-  check_matrix(scales, DType::F32, T, (K + group - 1) / group, "quantize_fp8 scales");
-  launch_quantize_fp8_per_token_group(x.raw(), x.stride(0), T, K, group, q.raw(), q.stride(0), scales.data<float>(),
-                                      scales.stride(0), 1, stream_);
-}
-
 namespace {
 
 // cuBLASLt wants the tokens a multiple of 16 (it has no algorithm for T = 1) and the activation
 // scales token-contiguous, [G, Tp].
 int64_t padded_tokens(int64_t T) { return (T + 15) / 16 * 16; }
 
+// Activation scales [T, G] as a device F32 view with any strides (empty_fp8_activation's are
+// token-contiguous).
+void check_scales(const Tensor& s, int64_t T, int64_t G, const char* what) {
+  MLA_CHECK(s.defined() && s.device() == Device::CUDA && s.dtype() == DType::F32 && s.ndim() == 2 &&
+                s.size(0) == T && s.size(1) == G,
+            "{}: expected device F32 scales [{}, {}], got {}", what, T, G, s.defined() ? s.describe() : "nothing");
+}
+
+// Scales in empty_fp8_activation's layout: token-contiguous in columns of padded_tokens(T). That
+// function also gives the codes padded_tokens(T) rows, which is what lets the GEMM read them as
+// they are (no other maker of Fp8Activations lays scales out so).
+bool in_gemm_layout(const Tensor& scales) {
+  const int64_t T = scales.size(0);
+  return scales.stride(0) == 1 && scales.stride(1) == padded_tokens(T) && T > 0;
+}
+
 }  // namespace
+
+void CudaBackend::quantize_fp8_per_token_group(const Tensor& x, int64_t group, Tensor& q, Tensor& scales) {
+  int64_t T = x.defined() ? x.size(0) : 0, K = x.defined() && x.ndim() == 2 ? x.size(1) : 0;
+  MLA_CHECK(group > 0, "quantize_fp8_per_token_group: group size {} must be positive", group);
+  check_matrix(x, DType::BF16, T, K, "quantize_fp8 x");
+  check_matrix(q, DType::F8_E4M3, T, K, "quantize_fp8 q");
+  check_scales(scales, T, (K + group - 1) / group, "quantize_fp8 scales");
+  launch_quantize_fp8_per_token_group(x.raw(), x.stride(0), T, K, group, q.raw(), q.stride(0), scales.data<float>(),
+                                      scales.stride(0), scales.stride(1), stream_);
+}
+
+Fp8Activation CudaBackend::empty_fp8_activation(int64_t T, int64_t K, int64_t group) {
+  if (group != 128 || K % 16 != 0 || T == 0) return Backend::empty_fp8_activation(T, K, group);
+  const int64_t Tp = padded_tokens(T), G = (K + 127) / 128;
+  Tensor q = empty(DType::F8_E4M3, {Tp, K}), scales = empty(DType::F32, {G, Tp});
+  return {q.narrow(0, 0, T), scales.as_strided({T, G}, {1, Tp}), group};
+}
+
+void CudaBackend::rmsnorm_fp8(const Tensor& x, Tensor* residual, const Tensor& w, float eps, Tensor& out,
+                              Fp8Activation& fp8) {
+  const int64_t T = x.defined() ? x.size(0) : 0, D = x.defined() && x.ndim() == 2 ? x.size(1) : 0;
+  check_matrix(x, DType::BF16, T, D, "rmsnorm_fp8 x");
+  if (out.defined()) check_matrix(out, DType::BF16, T, D, "rmsnorm_fp8 out");
+  if (residual) check_matrix(*residual, DType::BF16, T, D, "rmsnorm_fp8 residual");
+  check_matrix(fp8.q, DType::F8_E4M3, T, D, "rmsnorm_fp8 q");
+  check_scales(fp8.scales, T, (D + fp8.group - 1) / fp8.group, "rmsnorm_fp8 scales");
+  MLA_CHECK(w.defined() && w.device() == Device::CUDA && (w.dtype() == DType::BF16 || w.dtype() == DType::F32) &&
+                w.numel() == D,
+            "rmsnorm_fp8: weight {} for rows of {}", w.defined() ? w.describe() : "nothing", D);
+  const Fp8Output f{fp8.q.raw(), fp8.q.stride(0), fp8.scales.data<float>(), fp8.scales.stride(0),
+                    fp8.scales.stride(1)};
+  if (fp8.group == 128 && launch_rmsnorm(x.raw(), x.stride(0), residual ? residual->raw() : nullptr,
+                                         residual ? residual->stride(0) : 0, w.raw(), w.dtype() == DType::F32, eps, T,
+                                         D, out.defined() ? out.raw() : nullptr, out.defined() ? out.stride(0) : 0,
+                                         stream_, &f))
+    return;
+  Backend::rmsnorm_fp8(x, residual, w, eps, out, fp8);
+}
+
+void CudaBackend::silu_and_mul_fp8(const Tensor& gate, const Tensor& up, Tensor& out, Fp8Activation& fp8) {
+  const int64_t T = gate.defined() ? gate.size(0) : 0, I = gate.defined() && gate.ndim() == 2 ? gate.size(1) : 0;
+  check_matrix(gate, DType::BF16, T, I, "silu_and_mul_fp8 gate");
+  check_matrix(up, DType::BF16, T, I, "silu_and_mul_fp8 up");
+  if (out.defined()) check_matrix(out, DType::BF16, T, I, "silu_and_mul_fp8 out");
+  check_matrix(fp8.q, DType::F8_E4M3, T, I, "silu_and_mul_fp8 q");
+  check_scales(fp8.scales, T, (I + fp8.group - 1) / fp8.group, "silu_and_mul_fp8 scales");
+  const Fp8Output f{fp8.q.raw(), fp8.q.stride(0), fp8.scales.data<float>(), fp8.scales.stride(0),
+                    fp8.scales.stride(1)};
+  if (fp8.group == 128 && launch_silu_and_mul(gate.raw(), gate.stride(0), up.raw(), up.stride(0),
+                                              out.defined() ? out.raw() : nullptr, out.defined() ? out.stride(0) : 0,
+                                              T, I, stream_, &f))
+    return;
+  Backend::silu_and_mul_fp8(gate, up, out, fp8);
+}
 
 void CudaBackend::linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) {
   int64_t T = q.defined() ? q.size(0) : 0, K = w.in_features(), G = (K + 127) / 128;
   check_fp8_linear(T, w, out);
   check_matrix(q, DType::F8_E4M3, T, K, "linear_fp8_w8a8 q");
-  check_matrix(scales, DType::F32, T, G, "linear_fp8_w8a8 scales");
-  MLA_CHECK(scales.is_contiguous() && q.stride(0) % 16 == 0,
-            "linear_fp8_w8a8: scales must be contiguous and rows 16-byte aligned");
+  check_scales(scales, T, G, "linear_fp8_w8a8 scales");
   if (T == 0) return;
+  // Few tokens: the skinny kernel reads the codes and scales where they are.
+  if (std::optional<SkinnyFp8Config> c = skinny_fp8_choice(skinny_problem_fp8(q, scales, w, out))) {
+    run_skinny_fp8(skinny_problem_fp8(q, scales, w, out), *c);
+    return;
+  }
   const int64_t Tp = padded_tokens(T);
+  MLA_CHECK(q.stride(0) % 16 == 0, "linear_fp8_w8a8: the codes' rows must be 16-byte aligned");
+  if (in_gemm_layout(scales)) {
+    fp8_block_gemm(q.raw(), q.stride(0), scales.as_strided({G, Tp}, {Tp, 1}), w, out);
+    return;
+  }
+  MLA_CHECK(scales.is_contiguous(), "linear_fp8_w8a8: scales must be contiguous or as empty_fp8_activation lays them");
   Tensor scales_t = empty(DType::F32, {G, Tp});
   launch_transpose_scales(scales.data<float>(), scales.stride(0), T, G, scales_t.data<float>(), Tp, stream_);
   if (Tp == T) {
@@ -115,10 +187,41 @@ void CudaBackend::linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const L
 }
 
 void CudaBackend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out) {
-  if (std::optional<SkinnyFp8Config> c = skinny_fp8_choice(x, w))
+  const bool skinny_kind = x.defined() && x.ndim() == 2 && x.dtype() == DType::BF16 && w.is_fp8_block() &&
+                           w.weight.defined();
+  std::optional<SkinnyFp8Config> c;
+  if (skinny_kind) c = skinny_fp8_choice(skinny_problem(x, w, nullptr, w.out_features()));
+  if (c)
     linear_w8a8_skinny(x, w, out, *c);
   else
     linear_w8a8_cublaslt(x, w, out);
+}
+
+bool CudaBackend::wants_fp8_input(int64_t T, const LinearWeight& w) const {
+  if (!w.is_fp8_block() || !w.weight.defined()) return true;
+  // BF16 rows the skinny kernel quantizes as it reads them were as fast as codes at 1-8 tokens on
+  // V3's o, down and gate_up (slower on q_a, q_b; docs/benchmarks.md, tenth session); elsewhere
+  // they take a quantization launch. The problem's x is only looked at for its alignment, which
+  // the producers' rows have.
+  SkinnyFp8Problem p{w.weight.raw(), w.in_features(), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
+                     w.scale_inv.stride(0), nullptr, 0, false, T, w.out_features(), w.in_features()};
+  return !skinny_fp8_choice(p);
+}
+
+SkinnyFp8Problem CudaBackend::skinny_problem_fp8(const Tensor& q, const Tensor& scales, const LinearWeight& w,
+                                                 Tensor& out) {
+  SkinnyFp8Problem p = skinny_problem(q, w, &out, w.out_features());
+  p.x_scales = scales.data<float>(), p.xs_t = scales.stride(0), p.xs_g = scales.stride(1);
+  return p;
+}
+
+void CudaBackend::linear_fp8_w8a8_skinny(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
+                                         const SkinnyFp8Config& c) {
+  const int64_t T = q.defined() ? q.size(0) : 0;
+  check_fp8_linear(T, w, out);
+  check_matrix(q, DType::F8_E4M3, T, w.in_features(), "linear_fp8_w8a8 q");
+  check_scales(scales, T, (w.in_features() + 127) / 128, "linear_fp8_w8a8 scales");
+  run_skinny_fp8(skinny_problem_fp8(q, scales, w, out), c);
 }
 
 SkinnyFp8Problem CudaBackend::skinny_problem(const Tensor& x, const LinearWeight& w, const Tensor* out, int64_t N) {
@@ -128,10 +231,7 @@ SkinnyFp8Problem CudaBackend::skinny_problem(const Tensor& x, const LinearWeight
   return p;
 }
 
-std::optional<SkinnyFp8Config> CudaBackend::skinny_fp8_choice(const Tensor& x, const LinearWeight& w) const {
-  if (!x.defined() || x.ndim() != 2 || x.dtype() != DType::BF16 || !w.is_fp8_block() || !w.weight.defined())
-    return std::nullopt;
-  const SkinnyFp8Problem p = skinny_problem(x, w, nullptr, w.out_features());
+std::optional<SkinnyFp8Config> CudaBackend::skinny_fp8_choice(const SkinnyFp8Problem& p) const {
   if (p.T > kSkinnyFp8MaxRows || !skinny_gemm_fp8_fits(p)) return std::nullopt;
   if (std::optional<Fp8GemmChoice> tuned = fp8_tuning_.find(p.N, p.K, p.T)) {
     if (tuned->kernel == Fp8GemmChoice::Kernel::Cublaslt) return std::nullopt;

@@ -167,13 +167,37 @@ __device__ __forceinline__ void load8(const float* p, int64_t c, float f[kVec]) 
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
+// The fused quantization of a kernel's output (Fp8Output): a half-warp holds one group of 128, 8
+// values a lane, lane % 16 == 0 at the group's start (vector c, c % 16 == 0). Every lane of the warp
+// calls it (the shuffles name all 32); lanes without values pass zeros and valid = false. v are
+// the BF16 values the op writes, so the codes are those of quantizing its output.
+__device__ __forceinline__ void quantize_group(const Fp8Output& f, int64_t row, int c, const float v[kVec],
+                                               bool valid) {
+  float amax = 0.f;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) amax = fmaxf(amax, fabsf(v[k]));
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (!valid) return;
+  const float s = fmaxf(amax, kFp8MinAmax) / kE4m3Max;
+  if (c % 16 == 0) f.scales[row * f.st + (c / 16) * f.sg] = s;
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    lo |= uint32_t(fp8::quantize_e4m3(v[k], s)) << (8 * k);
+    hi |= uint32_t(fp8::quantize_e4m3(v[4 + k], s)) << (8 * k);
+  }
+  *reinterpret_cast<uint2*>(static_cast<uint8_t*>(f.q) + row * f.ldq + int64_t(c) * kVec) = make_uint2(lo, hi);
+}
+
 // One block per row of nv = D / 8 vectors, blockDim ~ nv / VPT (<= 256): every thread holds VPT
 // vectors of the row in registers between the sum of squares and the scaling, so x and the
 // residual are read once and out / residual written once. All loads are issued before any use.
-template <int VPT, class W>
+// With Q the output is also quantized (fq); out may then be null.
+template <int VPT, class W, bool Q>
 __global__ void __launch_bounds__(256) rmsnorm_vec_kernel(const bf16* x, int64_t x_ld, bf16* residual,
                                                           int64_t res_ld, const W* w, float eps, int64_t D,
-                                                          bf16* out, int64_t out_ld) {
+                                                          bf16* out, int64_t out_ld, Fp8Output fq) {
   const int64_t row = blockIdx.x;
   const int nv = int(D / kVec);
   // The weight is no kernel's output: its loads overlap the kernel before (a row is latency-bound).
@@ -231,12 +255,15 @@ __global__ void __launch_bounds__(256) rmsnorm_vec_kernel(const bf16* x, int64_t
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
     int c = threadIdx.x + j * blockDim.x;
+    float r[kVec] = {};
     if (c < nv) {
-      float r[kVec];
 #pragma unroll
       for (int k = 0; k < kVec; ++k) r[k] = wf[j][k] * (v[j][k] * inv);
-      o[c] = pack8(r);
+      const uint4 packed = pack8(r);
+      if (!Q || out) o[c] = packed;
+      if (Q) unpack8(packed, r);
     }
+    if constexpr (Q) quantize_group(fq, row, c, r, c < nv);
   }
 }
 
@@ -249,9 +276,12 @@ dim3 ew_grid(int64_t T, int64_t nv) {
   return dim3(unsigned(chunks), unsigned(T < 65535 ? T : 65535));
 }
 
+// With Q the output is also quantized (fq; chunks of kEwThreads vectors keep groups in half-warps);
+// o may then be null.
+template <bool Q>
 __global__ void __launch_bounds__(kEwThreads) silu_and_mul_vec_kernel(const bf16* g, int64_t g_ld, const bf16* u,
                                                                       int64_t u_ld, bf16* o, int64_t o_ld, int64_t T,
-                                                                      int nv) {
+                                                                      int nv, Fp8Output fq) {
   pdl_wait_and_trigger();
   const int base = blockIdx.x * kEwThreads * kEwUnroll + threadIdx.x;
   for (int64_t row = blockIdx.y; row < T; row += gridDim.y) {
@@ -267,14 +297,18 @@ __global__ void __launch_bounds__(kEwThreads) silu_and_mul_vec_kernel(const bf16
 #pragma unroll
     for (int j = 0; j < kEwUnroll; ++j) {
       int c = base + j * kEwThreads;
+      float a[kVec] = {};
       if (c < nv) {
-        float a[kVec], b[kVec];
+        float b[kVec];
         unpack8(ga[j], a);
         unpack8(ua[j], b);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) a[k] = a[k] / (1.0f + __expf(-a[k])) * b[k];
-        orow[c] = pack8(a);
+        const uint4 packed = pack8(a);
+        if (!Q || o) orow[c] = packed;
+        if (Q) unpack8(packed, a);
       }
+      if constexpr (Q) quantize_group(fq, row, c, a, c < nv);
     }
   }
 }
@@ -342,18 +376,28 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock) copy_rows_vec_kernel(const
 
 unsigned row_blocks(int64_t rows) { return unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 
-template <class W>
+template <class W, bool Q>
 void rmsnorm_vec(const bf16* x, int64_t x_ld, bf16* res, int64_t res_ld, const W* w, float eps, int64_t T, int64_t D,
-                 bf16* out, int64_t out_ld, cudaStream_t s) {
+                 bf16* out, int64_t out_ld, const Fp8Output& fq, cudaStream_t s) {
   int64_t nv = D / kVec;  // <= 1024
   int vpt = nv >= 256 ? 4 : nv >= 64 ? 2 : 1;
+  // Whole warps: a group's 16 vectors then lie in one half-warp (Q).
   int threads = int((nv + vpt - 1) / vpt + 31) / 32 * 32;
   if (vpt == 4)
-    launch_pdl(rmsnorm_vec_kernel<4, W>, T, threads, 0, s, x, x_ld, res, res_ld, w, eps, D, out, out_ld);
+    launch_pdl(rmsnorm_vec_kernel<4, W, Q>, T, threads, 0, s, x, x_ld, res, res_ld, w, eps, D, out, out_ld, fq);
   else if (vpt == 2)
-    launch_pdl(rmsnorm_vec_kernel<2, W>, T, threads, 0, s, x, x_ld, res, res_ld, w, eps, D, out, out_ld);
+    launch_pdl(rmsnorm_vec_kernel<2, W, Q>, T, threads, 0, s, x, x_ld, res, res_ld, w, eps, D, out, out_ld, fq);
   else
-    launch_pdl(rmsnorm_vec_kernel<1, W>, T, threads, 0, s, x, x_ld, res, res_ld, w, eps, D, out, out_ld);
+    launch_pdl(rmsnorm_vec_kernel<1, W, Q>, T, threads, 0, s, x, x_ld, res, res_ld, w, eps, D, out, out_ld, fq);
+}
+
+template <class W>
+void rmsnorm_vec(const bf16* x, int64_t x_ld, bf16* res, int64_t res_ld, const W* w, float eps, int64_t T, int64_t D,
+                 bf16* out, int64_t out_ld, const Fp8Output* fq, cudaStream_t s) {
+  if (fq)
+    rmsnorm_vec<W, true>(x, x_ld, res, res_ld, w, eps, T, D, out, out_ld, *fq, s);
+  else
+    rmsnorm_vec<W, false>(x, x_ld, res, res_ld, w, eps, T, D, out, out_ld, Fp8Output{}, s);
 }
 
 }  // namespace
@@ -378,37 +422,58 @@ void launch_embedding(const int32_t* ids, int64_t T, const void* table, bool tab
                out_ld);
 }
 
-void launch_rmsnorm(const void* x, int64_t x_ld, void* residual, int64_t res_ld, const void* w, bool w_f32, float eps,
-                    int64_t T, int64_t D, void* out, int64_t out_ld, cudaStream_t s) {
+namespace {
+
+// Whether a 16-byte kernel can also write this FP8 output of rows of D (out null: not written).
+bool fp8_output_fits(const void* out, int64_t out_ld, const Fp8Output& fp8, int64_t D) {
+  return D % 128 == 0 && (!out || vec_ok(out, out_ld, D)) && fp8.q && fp8.scales && aligned16(fp8.q) &&
+         fp8.ldq % 16 == 0;
+}
+
+}  // namespace
+
+bool launch_rmsnorm(const void* x, int64_t x_ld, void* residual, int64_t res_ld, const void* w, bool w_f32, float eps,
+                    int64_t T, int64_t D, void* out, int64_t out_ld, cudaStream_t s, const Fp8Output* fp8) {
   MLA_CHECK(D <= int64_t(kThreads) * kMaxPerThread, "rmsnorm on CUDA supports rows up to {}, got {}",
             kThreads * kMaxPerThread, D);
-  if (T == 0) return;
   auto xb = static_cast<const bf16*>(x);
   auto rb = static_cast<bf16*>(residual);
   auto ob = static_cast<bf16*>(out);
-  bool vec = vec_ok(x, x_ld, D) && vec_ok(out, out_ld, D) && aligned16(w) && (!rb || vec_ok(rb, res_ld, D));
+  bool vec = vec_ok(x, x_ld, D) && (out ? vec_ok(out, out_ld, D) : fp8 != nullptr) && aligned16(w) &&
+             (!rb || vec_ok(rb, res_ld, D));
+  if (fp8 && !(vec && fp8_output_fits(out, out_ld, *fp8, D))) return false;
+  if (T == 0) return true;
   if (vec && w_f32)
-    rmsnorm_vec(xb, x_ld, rb, res_ld, static_cast<const float*>(w), eps, T, D, ob, out_ld, s);
+    rmsnorm_vec(xb, x_ld, rb, res_ld, static_cast<const float*>(w), eps, T, D, ob, out_ld, fp8, s);
   else if (vec)
-    rmsnorm_vec(xb, x_ld, rb, res_ld, static_cast<const bf16*>(w), eps, T, D, ob, out_ld, s);
+    rmsnorm_vec(xb, x_ld, rb, res_ld, static_cast<const bf16*>(w), eps, T, D, ob, out_ld, fp8, s);
   else if (w_f32)
     launch_pdl(rmsnorm_kernel<float>, T, kThreads, 0, s, xb, x_ld, rb, res_ld, static_cast<const float*>(w), eps, D, ob,
                out_ld);
   else
     launch_pdl(rmsnorm_kernel<bf16>, T, kThreads, 0, s, xb, x_ld, rb, res_ld, static_cast<const bf16*>(w), eps, D, ob,
                out_ld);
+  return true;
 }
 
-void launch_silu_and_mul(const void* gate, int64_t g_ld, const void* up, int64_t u_ld, void* out, int64_t o_ld,
-                         int64_t T, int64_t I, cudaStream_t s) {
-  if (T == 0) return;
-  if (vec_ok(gate, g_ld, I) && vec_ok(up, u_ld, I) && vec_ok(out, o_ld, I)) {
-    launch_pdl(silu_and_mul_vec_kernel, ew_grid(T, I / kVec), kEwThreads, 0, s, static_cast<const bf16*>(gate), g_ld,
-               static_cast<const bf16*>(up), u_ld, static_cast<bf16*>(out), o_ld, T, int(I / kVec));
-    return;
+bool launch_silu_and_mul(const void* gate, int64_t g_ld, const void* up, int64_t u_ld, void* out, int64_t o_ld,
+                         int64_t T, int64_t I, cudaStream_t s, const Fp8Output* fp8) {
+  const bool vec = vec_ok(gate, g_ld, I) && vec_ok(up, u_ld, I) && (out ? vec_ok(out, o_ld, I) : fp8 != nullptr);
+  if (fp8 && !(vec && fp8_output_fits(out, o_ld, *fp8, I))) return false;
+  if (T == 0) return true;
+  if (fp8) {
+    launch_pdl(silu_and_mul_vec_kernel<true>, ew_grid(T, I / kVec), kEwThreads, 0, s, static_cast<const bf16*>(gate),
+               g_ld, static_cast<const bf16*>(up), u_ld, static_cast<bf16*>(out), o_ld, T, int(I / kVec), *fp8);
+    return true;
+  }
+  if (vec) {
+    launch_pdl(silu_and_mul_vec_kernel<false>, ew_grid(T, I / kVec), kEwThreads, 0, s, static_cast<const bf16*>(gate),
+               g_ld, static_cast<const bf16*>(up), u_ld, static_cast<bf16*>(out), o_ld, T, int(I / kVec), Fp8Output{});
+    return true;
   }
   launch_pdl(silu_and_mul_kernel, T, threads_for(I), 0, s, static_cast<const bf16*>(gate), g_ld,
              static_cast<const bf16*>(up), u_ld, static_cast<bf16*>(out), o_ld, I);
+  return true;
 }
 
 void launch_add(void* x, int64_t x_ld, const void* y, int64_t y_ld, int64_t T, int64_t D, cudaStream_t s) {

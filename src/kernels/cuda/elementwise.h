@@ -11,11 +11,24 @@ namespace mlaserve::cuda {
 // out[t, :] = table[ids[t], :]; table BF16 or F32 (table_f32), out BF16.
 void launch_embedding(const int32_t* ids, int64_t T, const void* table, bool table_f32, int64_t table_ld, int64_t H,
                       void* out, int64_t out_ld, cudaStream_t s);
-// residual (optional) += x; out = rmsnorm(residual or x) * w. w BF16 or F32 (w_f32).
-void launch_rmsnorm(const void* x, int64_t x_ld, void* residual, int64_t res_ld, const void* w, bool w_f32, float eps,
-                    int64_t T, int64_t D, void* out, int64_t out_ld, cudaStream_t s);
-void launch_silu_and_mul(const void* gate, int64_t g_ld, const void* up, int64_t u_ld, void* out, int64_t o_ld,
-                         int64_t T, int64_t I, cudaStream_t s);
+// Where a kernel also writes its output quantized for an FP8 linear, per token per 128 channels as
+// launch_quantize_fp8_per_token_group does it (of the BF16 values it writes): e4m3 codes q (row
+// stride ldq), scale (t, g) at scales[t * st + g * sg].
+struct Fp8Output {
+  void* q;
+  int64_t ldq;
+  float* scales;
+  int64_t st, sg;
+};
+
+// residual (optional) += x; out = rmsnorm(residual or x) * w. w BF16 or F32 (w_f32). With fp8 the
+// output is also quantized and out may be null; that takes rows of whole groups, every operand
+// 16-byte aligned: false, and nothing launched, where they are not (the caller quantizes apart).
+bool launch_rmsnorm(const void* x, int64_t x_ld, void* residual, int64_t res_ld, const void* w, bool w_f32, float eps,
+                    int64_t T, int64_t D, void* out, int64_t out_ld, cudaStream_t s, const Fp8Output* fp8 = nullptr);
+// out = silu(gate) * up; fp8 as for launch_rmsnorm.
+bool launch_silu_and_mul(const void* gate, int64_t g_ld, const void* up, int64_t u_ld, void* out, int64_t o_ld,
+                         int64_t T, int64_t I, cudaStream_t s, const Fp8Output* fp8 = nullptr);
 void launch_add(void* x, int64_t x_ld, const void* y, int64_t y_ld, int64_t T, int64_t D, cudaStream_t s);
 // x [T, heads, 2 * half] with strides (st, sh, 1), rotated in place; inv_freq [half] F32.
 void launch_rope(void* x, int64_t st, int64_t sh, int64_t T, int64_t heads, int64_t half, const int32_t* positions,

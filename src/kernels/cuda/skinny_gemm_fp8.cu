@@ -14,10 +14,14 @@
 // t4 = lane % 4) loads bytes [16 t4, 16 t4 + 16) of each 64-byte half of a row's block, and those
 // serve as fragment columns {4 t4 .. 4 t4 + 3, 16 + 4 t4 .. 16 + 4 t4 + 3} of two MMAs (the first
 // and last 8 bytes), for A and B alike.
+//
+// With x quantized already (QX), a thread loads those 16 bytes of its tokens' rows as they are,
+// and the scales of its C columns' tokens.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "common/dtype.h"
 #include "common/error.h"
@@ -56,13 +60,16 @@ __device__ __forceinline__ float abs_max_pair(float m, uint32_t two) {
 }
 
 // RT: 16-row tiles a warp; NT: 8-token tiles (a CTA's tokens <= 8 NT); WK: warps on K (8 / WK on
-// rows). Grid: x = row block * token tiles + token tile, y = K split, z = batch.
-template <int RT, int NT, int WK>
+// rows); QX: x is e4m3 with scales xs (else BF16). Grid: x = row block * token tiles + token tile,
+// y = K split, z = batch.
+template <int RT, int NT, int WK, bool QX>
 __global__ void __launch_bounds__(kWarps * 32, 1)
-    skinny_fp8_kernel(const bf16* __restrict__ x, int64_t ldx, const uint8_t* __restrict__ w, int64_t ldw,
-                      const float* __restrict__ ws, int64_t ldws, void* __restrict__ out, int64_t ldo, bool out_f32,
-                      int T_all, int N, int K, int64_t x_batch, int64_t w_batch, int64_t ws_batch, int64_t out_batch,
-                      SkinnySplit split) {
+    skinny_fp8_kernel(const void* __restrict__ x_raw, int64_t ldx, const float* __restrict__ xs, int64_t xs_t,
+                      int64_t xs_g, const uint8_t* __restrict__ w, int64_t ldw, const float* __restrict__ ws,
+                      int64_t ldws, void* __restrict__ out, int64_t ldo, bool out_f32, int T_all, int N, int K,
+                      int64_t x_batch, int64_t w_batch, int64_t ws_batch, int64_t out_batch, SkinnySplit split) {
+  using XT = std::conditional_t<QX, uint8_t, bf16>;
+  const XT* x = static_cast<const XT*>(x_raw);
   constexpr int WR = kWarps / WK;
   constexpr int kEntries = RT * NT * 4;        // accumulators a thread
   constexpr int kPairs = kEntries * 32;        // (entry, lane) sums of one warp's rows
@@ -77,6 +84,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   auto cta_row0 = [&] { return int(blockIdx.x) / ((T_all + 8 * NT - 1) / (8 * NT)) * 16 * RT * WR; };
   const int T = min(8 * NT, T_all - token_tile() * 8 * NT);
   x += blockIdx.z * x_batch + int64_t(token_tile()) * 8 * NT * ldx;
+  if constexpr (QX) xs += int64_t(token_tile()) * 8 * NT * xs_t;
   w += blockIdx.z * w_batch;
   ws += blockIdx.z * ws_batch;
   const int n0 = cta_row0() + wr * 16 * RT;
@@ -96,12 +104,17 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     }
     wsrow[rt] = ws + int64_t(min(n0 + rt * 16, N - 1) / 128) * ldws;
   }
-  const bf16* xrow[NT];
+  const XT* xrow[NT];
   bool tok[NT];
+  bool col_tok[NT][2];  // QX: whether this thread's C column c of token tile j (token 8 j + 2 t4 + c) is a token
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     tok[j] = g + 8 * j < T;
     xrow[j] = x + int64_t(tok[j] ? g + 8 * j : 0) * ldx + t4 * 16;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      col_tok[j][c] = 8 * j + 2 * t4 + c < T;
+    }
   }
   // Weights do not depend on the previous kernel: the first blocks' lines start into L2 before the
   // wait (one lane a row: a row's block is one 128-byte line).
@@ -117,8 +130,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   // One K-block's operands: the next block's loads are issued before this one's math, so a
   // warp always has a block of weights in flight.
   struct Block {
-    uint4 w[RT][2][2];  // [tile][row g, g + 8][half]
-    uint4 x[NT][2][2];  // [token tile][half][first, second 8 values]
+    uint4 w[RT][2][2];            // [tile][row g, g + 8][half]
+    uint4 x[NT][2][QX ? 1 : 2];   // [token tile][half][first, second 8 values (BF16)]
+    float xscale[NT][QX ? 2 : 1];  // QX: [token tile][C column]
     float wscale[RT];
   };
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -136,8 +150,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int u = 0; u < 2; ++u)
+        for (int u = 0; u < (QX ? 1 : 2); ++u)
           bl.x[j][h][u] = tok[j] ? *reinterpret_cast<const uint4*>(xrow[j] + k0 + 64 * h + 8 * u) : zero;
+    if constexpr (QX)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          bl.xscale[j][c] = col_tok[j][c] ? __ldg(xs + (8 * j + 2 * t4 + c) * xs_t + int64_t(kb) * xs_g) : 0.f;
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt) bl.wscale[rt] = __ldg(wsrow[rt] + kb);
   };
@@ -153,13 +173,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     uint32_t xq[NT][2][4];
     float col_scale[NT][2];  // the scales of this thread's C columns: tokens 2 t4 and 2 t4 + 1
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
+    for (int j = 0; j < NT && QX; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4 v = cur.x[j][h][0];
+        xq[j][h][0] = v.x, xq[j][h][1] = v.y, xq[j][h][2] = v.z, xq[j][h][3] = v.w;
+      }
+      col_scale[j][0] = cur.xscale[j][0], col_scale[j][1] = cur.xscale[j][QX ? 1 : 0];
+    }
+#pragma unroll
+    for (int j = 0; j < NT && !QX; ++j) {
       float amax = 0.f;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-          const uint4 v = cur.x[j][h][u];
+          const uint4 v = cur.x[j][h][QX ? 0 : u];
           amax = abs_max_pair(abs_max_pair(abs_max_pair(abs_max_pair(amax, v.x), v.y), v.z), v.w);
         }
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
@@ -169,7 +198,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-          const uint4 v = cur.x[j][h][u];
+          const uint4 v = cur.x[j][h][QX ? 0 : u];
           xq[j][h][2 * u] = quantize_pair(v.x, s, r) | (quantize_pair(v.y, s, r) << 16);
           xq[j][h][2 * u + 1] = quantize_pair(v.z, s, r) | (quantize_pair(v.w, s, r) << 16);
         }
@@ -258,29 +287,37 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 
 int64_t token_tiles(int64_t T) { return T <= 8 ? 1 : (T + 15) / 16; }
 
-template <int RT, int NT, int WK>
+template <int RT, int NT, int WK, bool QX>
 void launch_tiles(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
   dim3 grid(unsigned(row_blocks * token_tiles(p.T)), unsigned(split.splits), unsigned(p.batch));
-  launch_pdl(skinny_fp8_kernel<RT, NT, WK>, grid, kWarps * 32, 0, stream, static_cast<const bf16*>(p.x), p.ldx,
+  launch_pdl(skinny_fp8_kernel<RT, NT, WK, QX>, grid, kWarps * 32, 0, stream, p.x, p.ldx, p.x_scales, p.xs_t, p.xs_g,
              static_cast<const uint8_t*>(p.w), p.ldw, p.w_scales, p.ldws, p.out, p.ldo, p.out_f32, int(p.T), int(p.N),
              int(p.K), p.x_batch, p.w_batch, p.ws_batch, p.out_batch, split);
 }
 
-template <int RT, int WK>
+template <int RT, int WK, bool QX>
 void launch_tokens(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
   if (p.T <= 8)
-    launch_tiles<RT, 1, WK>(p, row_blocks, split, stream);
+    launch_tiles<RT, 1, WK, QX>(p, row_blocks, split, stream);
   else
-    launch_tiles<RT, 2, WK>(p, row_blocks, split, stream);
+    launch_tiles<RT, 2, WK, QX>(p, row_blocks, split, stream);
+}
+
+template <int RT, int WK>
+void launch_inputs(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
+  if (p.x_scales)
+    launch_tokens<RT, WK, true>(p, row_blocks, split, stream);
+  else
+    launch_tokens<RT, WK, false>(p, row_blocks, split, stream);
 }
 
 template <int WK>
 void launch_rows(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t row_blocks, SkinnySplit split,
                  cudaStream_t stream) {
   switch (c.row_tiles) {
-    case 1: launch_tokens<1, WK>(p, row_blocks, split, stream); break;
-    case 2: launch_tokens<2, WK>(p, row_blocks, split, stream); break;
-    default: launch_tokens<4, WK>(p, row_blocks, split, stream); break;
+    case 1: launch_inputs<1, WK>(p, row_blocks, split, stream); break;
+    case 2: launch_inputs<2, WK>(p, row_blocks, split, stream); break;
+    default: launch_inputs<4, WK>(p, row_blocks, split, stream); break;
   }
 }
 
@@ -297,8 +334,10 @@ std::string to_string(const SkinnyFp8Config& c) {
 
 bool skinny_gemm_fp8_fits(const SkinnyFp8Problem& p) {
   const bool batches_aligned = p.batch == 1 || (p.x_batch % 8 == 0 && p.w_batch % 16 == 0);
-  return p.T >= 1 && p.K % kBlockK == 0 && p.N % 16 == 0 && p.N > 0 && p.batch >= 1 && p.batch < 65536 &&
-         p.ldx % 8 == 0 && p.ldw % 16 == 0 && aligned16(p.x) && aligned16(p.w) && batches_aligned &&
+  // 16 bytes of x: 8 BF16 values or 16 e4m3 codes.
+  const bool x_ok = p.x_scales ? p.batch == 1 && p.ldx % 16 == 0 : p.ldx % 8 == 0;
+  return p.T >= 1 && p.K % kBlockK == 0 && p.N % 16 == 0 && p.N > 0 && p.batch >= 1 && p.batch < 65536 && x_ok &&
+         p.ldw % 16 == 0 && aligned16(p.x) && aligned16(p.w) && batches_aligned &&
          p.K < (int64_t(1) << 31) && p.N < (int64_t(1) << 31) && p.T < (int64_t(1) << 31) &&
          (p.N / 16 + 1) * token_tiles(p.T) < (int64_t(1) << 31);
 }

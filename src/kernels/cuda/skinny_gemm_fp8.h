@@ -1,7 +1,8 @@
 // FP8 W8A8 linear for the few rows of a decode step: out[T, N] = x[T, K] · W[N, K]^T with W e4m3 in
 // 128 x 128 blocks (one fp32 scale each) and x BF16, quantized inside the kernel per token per 128
 // channels as launch_quantize_fp8_per_token_group does (so no separate quantization launch, and no
-// padding of the tokens to cuBLASLt's 16). The weight streams once.
+// padding of the tokens to cuBLASLt's 16), or x quantized already by the kernel that made it. The
+// weight streams once.
 //
 // Batched (grid z), it is also the FP8 BMM of the absorbed MLA projections: one such product a
 // head, the heads' weights, scales, inputs and outputs at fixed strides. Past 16 tokens the tokens
@@ -41,7 +42,7 @@ std::string to_string(const SkinnyFp8Config& c);
 // One launch's operands. Batch b (< batch) reads x + b * x_batch, w + b * w_batch (bytes),
 // w_scales + b * ws_batch and writes out + b * out_batch (elements of their types).
 struct SkinnyFp8Problem {
-  const void* x;  // BF16 [T, K], row stride ldx
+  const void* x;  // BF16 [T, K], or e4m3 [T, K] quantized already (x_scales set); row stride ldx
   int64_t ldx;
   const void* w;  // e4m3 [N, K], row stride ldw
   int64_t ldw;
@@ -52,10 +53,15 @@ struct SkinnyFp8Problem {
   bool out_f32;
   int64_t T, N, K;
   int64_t batch = 1, x_batch = 0, w_batch = 0, ws_batch = 0, out_batch = 0;
+  // x's per-token-group scales when x comes quantized (one batch only): scale (t, kb) at
+  // x_scales[t * xs_t + kb * xs_g]. The kernel then reads half the activation bytes and skips the
+  // quantization (which every CTA of a row block repeats otherwise).
+  const float* x_scales = nullptr;
+  int64_t xs_t = 0, xs_g = 0;
 };
 
 // Whether the kernel takes these operands: T >= 1, K a multiple of 128, N of 16, 16-byte aligned
-// rows and batches.
+// rows and batches; a quantized x in one batch.
 bool skinny_gemm_fp8_fits(const SkinnyFp8Problem& p);
 // Whether a configuration is one the kernel has (row_tiles 1/2/4, k_warps 1/2/4/8, splits 1..8, no
 // more splits than K-blocks).
