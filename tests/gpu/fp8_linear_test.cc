@@ -231,9 +231,12 @@ TEST_F(Fp8Linear, FusedProducersQuantizeTheirOutputExactly) {
             Tensor q = gpu.to_host(f.q), sc = scales_to_host(gpu, f.scales);
             EXPECT_EQ(std::memcmp(q.raw(), wq_h.raw(), size_t(T * D)), 0) << "op " << op << " out " << with_out;
             EXPECT_EQ(std::memcmp(sc.raw(), ws_h.raw(), ws_h.nbytes()), 0) << "op " << op << " out " << with_out;
-            if (with_out)
+            if (with_out) {
               EXPECT_EQ(std::memcmp(gpu.to_host(out).raw(), want_h.raw(), want_h.nbytes()), 0) << "op " << op;
-            if (op == 1) EXPECT_EQ(std::memcmp(gpu.to_host(res).raw(), res_want_h.raw(), res_want_h.nbytes()), 0);
+            }
+            if (op == 1) {
+              EXPECT_EQ(std::memcmp(gpu.to_host(res).raw(), res_want_h.raw(), res_want_h.nbytes()), 0);
+            }
           }
       }
     }

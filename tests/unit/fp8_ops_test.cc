@@ -286,8 +286,12 @@ TEST(Fp8Linear, NormAndSiluProducersQuantizeTheirOutputForTheLinear) {
       cpu->rmsnorm_fp8(x, with_residual ? &res_b : nullptr, norm, 1e-6f, out, f);
       EXPECT_EQ(std::memcmp(f.q.raw(), wq.q.raw(), size_t(T * D)), 0);
       EXPECT_EQ(std::memcmp(f.scales.raw(), wq.scales.raw(), wq.scales.nbytes()), 0);
-      if (with_out) EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0);
-      if (with_residual) EXPECT_EQ(std::memcmp(res_b.raw(), res_a.raw(), res_a.nbytes()), 0);
+      if (with_out) {
+        EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0);
+      }
+      if (with_residual) {
+        EXPECT_EQ(std::memcmp(res_b.raw(), res_a.raw(), res_a.nbytes()), 0);
+      }
     }
   }
   Tensor up = random_f32({T, D}, 10), h = Tensor::empty(DType::F32, {T, D});
