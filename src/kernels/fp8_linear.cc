@@ -1,5 +1,6 @@
-// How a linear layer runs: FP8 block-scaled weights as W8A8 where the backend has it, and the
-// defaults of the FP8 ops for backends that do not.
+// How a linear layer runs: FP8 block-scaled weights as W8A8 where the backend has it, from BF16 rows
+// or from codes its input's producer quantized; and the defaults of the FP8 ops (the fused
+// producers as the plain op, then the quantize op; failures for backends without FP8).
 #include "common/error.h"
 #include "kernels/ops.h"
 
