@@ -99,6 +99,11 @@ bool in_gemm_layout(const Tensor& scales) {
   return scales.stride(0) == 1 && scales.stride(1) == padded_tokens(T) && T > 0;
 }
 
+// Where the fused producers write an Fp8Activation.
+Fp8Output fp8_output(const Fp8Activation& a) {
+  return {a.q.raw(), a.q.stride(0), a.scales.data<float>(), a.scales.stride(0), a.scales.stride(1)};
+}
+
 }  // namespace
 
 void CudaBackend::quantize_fp8_per_token_group(const Tensor& x, int64_t group, Tensor& q, Tensor& scales) {
@@ -129,8 +134,7 @@ void CudaBackend::rmsnorm_fp8(const Tensor& x, Tensor* residual, const Tensor& w
   MLA_CHECK(w.defined() && w.device() == Device::CUDA && (w.dtype() == DType::BF16 || w.dtype() == DType::F32) &&
                 w.numel() == D,
             "rmsnorm_fp8: weight {} for rows of {}", w.defined() ? w.describe() : "nothing", D);
-  const Fp8Output f{fp8.q.raw(), fp8.q.stride(0), fp8.scales.data<float>(), fp8.scales.stride(0),
-                    fp8.scales.stride(1)};
+  const Fp8Output f = fp8_output(fp8);
   if (fp8.group == 128 && launch_rmsnorm(x.raw(), x.stride(0), residual ? residual->raw() : nullptr,
                                          residual ? residual->stride(0) : 0, w.raw(), w.dtype() == DType::F32, eps, T,
                                          D, out.defined() ? out.raw() : nullptr, out.defined() ? out.stride(0) : 0,
@@ -146,8 +150,7 @@ void CudaBackend::silu_and_mul_fp8(const Tensor& gate, const Tensor& up, Tensor&
   if (out.defined()) check_matrix(out, DType::BF16, T, I, "silu_and_mul_fp8 out");
   check_matrix(fp8.q, DType::F8_E4M3, T, I, "silu_and_mul_fp8 q");
   check_scales(fp8.scales, T, (I + fp8.group - 1) / fp8.group, "silu_and_mul_fp8 scales");
-  const Fp8Output f{fp8.q.raw(), fp8.q.stride(0), fp8.scales.data<float>(), fp8.scales.stride(0),
-                    fp8.scales.stride(1)};
+  const Fp8Output f = fp8_output(fp8);
   if (fp8.group == 128 && launch_silu_and_mul(gate.raw(), gate.stride(0), up.raw(), up.stride(0),
                                               out.defined() ? out.raw() : nullptr, out.defined() ? out.stride(0) : 0,
                                               T, I, stream_, &f))
@@ -162,8 +165,9 @@ void CudaBackend::linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const L
   check_scales(scales, T, G, "linear_fp8_w8a8 scales");
   if (T == 0) return;
   // Few tokens: the skinny kernel reads the codes and scales where they are.
-  if (std::optional<SkinnyFp8Config> c = skinny_fp8_choice(skinny_problem_fp8(q, scales, w, out))) {
-    run_skinny_fp8(skinny_problem_fp8(q, scales, w, out), *c);
+  const SkinnyFp8Problem few = skinny_problem_fp8(q, scales, w, out);
+  if (std::optional<SkinnyFp8Config> c = skinny_fp8_choice(few)) {
+    run_skinny_fp8(few, *c);
     return;
   }
   const int64_t Tp = padded_tokens(T);
