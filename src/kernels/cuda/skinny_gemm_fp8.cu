@@ -169,41 +169,45 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     Block next;
     if (kb + WK < kb_end) load(next, kb + WK);
 
-    // The tokens' group of 128: amax over the four lanes of a token, scale, e4m3 codes.
+    // The tokens' group of 128: amax over the four lanes of a token, scale, e4m3 codes (or, QX,
+    // the codes and scales as loaded).
     uint32_t xq[NT][2][4];
     float col_scale[NT][2];  // the scales of this thread's C columns: tokens 2 t4 and 2 t4 + 1
+    if constexpr (QX) {
 #pragma unroll
-    for (int j = 0; j < NT && QX; ++j) {
+      for (int j = 0; j < NT; ++j) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint4 v = cur.x[j][h][0];
-        xq[j][h][0] = v.x, xq[j][h][1] = v.y, xq[j][h][2] = v.z, xq[j][h][3] = v.w;
+        for (int h = 0; h < 2; ++h) {
+          const uint4 v = cur.x[j][h][0];
+          xq[j][h][0] = v.x, xq[j][h][1] = v.y, xq[j][h][2] = v.z, xq[j][h][3] = v.w;
+        }
+        col_scale[j][0] = cur.xscale[j][0], col_scale[j][1] = cur.xscale[j][1];
       }
-      col_scale[j][0] = cur.xscale[j][0], col_scale[j][1] = cur.xscale[j][QX ? 1 : 0];
-    }
+    } else {
 #pragma unroll
-    for (int j = 0; j < NT && !QX; ++j) {
-      float amax = 0.f;
+      for (int j = 0; j < NT; ++j) {
+        float amax = 0.f;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const uint4 v = cur.x[j][h][QX ? 0 : u];
-          amax = abs_max_pair(abs_max_pair(abs_max_pair(abs_max_pair(amax, v.x), v.y), v.z), v.w);
-        }
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      const float s = fmaxf(amax, kFp8MinAmax) / kE4m3Max, r = __frcp_rn(s);
+          for (int u = 0; u < 2; ++u) {
+            const uint4 v = cur.x[j][h][u];
+            amax = abs_max_pair(abs_max_pair(abs_max_pair(abs_max_pair(amax, v.x), v.y), v.z), v.w);
+          }
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        const float s = fmaxf(amax, kFp8MinAmax) / kE4m3Max, r = __frcp_rn(s);
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const uint4 v = cur.x[j][h][QX ? 0 : u];
-          xq[j][h][2 * u] = quantize_pair(v.x, s, r) | (quantize_pair(v.y, s, r) << 16);
-          xq[j][h][2 * u + 1] = quantize_pair(v.z, s, r) | (quantize_pair(v.w, s, r) << 16);
-        }
-      col_scale[j][0] = __shfl_sync(0xffffffffu, s, 8 * t4);
-      col_scale[j][1] = __shfl_sync(0xffffffffu, s, 8 * t4 + 4);
+          for (int u = 0; u < 2; ++u) {
+            const uint4 v = cur.x[j][h][u];
+            xq[j][h][2 * u] = quantize_pair(v.x, s, r) | (quantize_pair(v.y, s, r) << 16);
+            xq[j][h][2 * u + 1] = quantize_pair(v.z, s, r) | (quantize_pair(v.w, s, r) << 16);
+          }
+        col_scale[j][0] = __shfl_sync(0xffffffffu, s, 8 * t4);
+        col_scale[j][1] = __shfl_sync(0xffffffffu, s, 8 * t4 + 4);
+      }
     }
 
 #pragma unroll
