@@ -33,7 +33,10 @@ using mma::mma_bf16;
 using mma::pack_bf16;
 
 constexpr int kWarps = 8, kThreads = kWarps * 32;
-constexpr int kCombineThreads = kL / 4;
+// Combine: warps a row at most (a small batch), rows a block (a large one: a warp a row), and the
+// splits whose loads a warp has in flight at once (4 measured no faster at B 1, 32k keys, and with
+// its 116 registers V2-Lite's batch-8 step 1-2% slower).
+constexpr int kCombineMaxWarps = 16, kCombineRows = 8, kCombineBatch = 2;
 
 // Byte offset of 16-byte chunk c of row r in a swizzled tile of `chunks` chunks a row (a multiple of 8).
 __device__ __forceinline__ uint32_t swz(int r, int c, int chunks) { return uint32_t(r * chunks + (c ^ (r & 7))) * 16; }
@@ -353,36 +356,102 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaDecodeParams
 
 // ---- combine ---------------------------------------------------------------------------------
 
-// One block per (job, row): out = sum_k w_k o_k / sum_k w_k with w_k = 2^(lse_k - max).
+// Merges a split row: out = sum_k w_k o_k / sum_k w_k with w_k = 2^(lse_k - max lse). A warp holds
+// a whole row (4 float4 a lane), so a block's warps take several rows at once and a large batch (a
+// few splits a job, thousands of rows) needs about one wave; a small batch cuts each job into up
+// to one split a CTA, so `S` warps share a row there, each every S-th split with KB splits' loads in
+// flight, and their sums meet in shared memory in a fixed order. (One 128-thread block a row,
+// walking the splits one dependent L2 round trip at a time, took 52 us at 16 heads, B 1, 32k keys.)
+// Block: RB rows x S warps, RB = max(8 / S, 1). Shared memory: [RB][S - 1][kL + 4] (a warp's sums,
+// then its weight sum), then each row's weights [RB][num_ctas].
 template <int MT>
-__global__ void __launch_bounds__(kCombineThreads) mla_decode_combine_kernel(MlaDecodeParams p, MlaDecodeSchedule s) {
+__global__ void __launch_bounds__(kCombineMaxWarps * 32)
+    mla_decode_combine_kernel(MlaDecodeParams p, MlaDecodeSchedule s, int S) {
   pdl_wait_and_trigger();
-  constexpr int M = 16 * MT;
-  const int j = blockIdx.x, r = blockIdx.y;
+  constexpr int M = 16 * MT, kRed = kL + 4, KB = kCombineBatch;
+  extern __shared__ float combine_smem[];
+  __shared__ float warp_max[kCombineMaxWarps];
+  const int j = blockIdx.x;
   if (j >= *s.num_jobs) return;
   const Job job = reinterpret_cast<const Job*>(s.jobs)[j];
-  if (job.num_splits <= 1 || r >= job.num_rows) return;
+  if (job.num_splits <= 1) return;
+  const int RB = int(blockDim.x) / 32 / S, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int lr = warp / S, sg = warp % S, r = blockIdx.y * RB + lr, n = job.num_splits;
+  const bool has_row = r < job.num_rows;  // warp-uniform: a warp without one still meets the barriers
+  const RowPlace rp = place_row(p, job, has_row ? r : 0);  // its loads overlap the ones below
+  float* red = combine_smem;
+  float* w = red + RB * (S - 1) * kRed + lr * s.num_ctas;
   const float* lse = s.partial_lse + int64_t(job.split_offset) * M + r;
   float mx = -INFINITY;
-#pragma unroll 8
-  for (int k = 0; k < job.num_splits; ++k) mx = fmaxf(mx, lse[int64_t(k) * M]);
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (has_row)
+    for (int k = sg * 32 + lane; k < n; k += S * 32) {
+      w[k] = lse[int64_t(k) * M];
+      mx = fmaxf(mx, w[k]);
+    }
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, d));
+  if (lane == 0) warp_max[warp] = mx;
+  __syncthreads();
+  for (int i = 0; i < S; ++i) mx = fmaxf(mx, warp_max[lr * S + i]);
+  // A split whose rows saw no key has lse -inf and weight 0: skipped below, whatever its o holds.
+  if (has_row)
+    for (int k = sg * 32 + lane; k < n; k += S * 32) w[k] = w[k] == -INFINITY ? 0.f : exp2f(w[k] - mx);
+  __syncthreads();
+  float4 acc[4] = {};
   float sum = 0;
-  const int col = threadIdx.x * 4;
-#pragma unroll 4
-  for (int k = 0; k < job.num_splits; ++k) {
-    float lk = lse[int64_t(k) * M];
-    if (lk == -INFINITY) continue;
-    float w = exp2f(lk - mx);
-    float4 o = *reinterpret_cast<const float4*>(s.partial_o + ((int64_t(job.split_offset) + k) * M + r) * kL + col);
-    sum += w;
-    acc.x += w * o.x, acc.y += w * o.y, acc.z += w * o.z, acc.w += w * o.w;
+  const float* o = s.partial_o + (int64_t(job.split_offset) * M + r) * kL + 4 * lane;
+  if (has_row)
+    for (int k0 = sg; k0 < n; k0 += KB * S) {
+      float4 v[KB][4];
+#pragma unroll
+      for (int b = 0; b < KB; ++b) {
+        const float4* split = reinterpret_cast<const float4*>(o + int64_t(k0 + b * S) * M * kL);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          v[b][i] = k0 + b * S < n ? __ldcs(split + 32 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int b = 0; b < KB; ++b) {
+        const float wk = k0 + b * S < n ? w[k0 + b * S] : 0.f;
+        if (wk == 0.f) continue;
+        sum += wk;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float4 t = v[b][i];
+          acc[i].x += wk * t.x, acc[i].y += wk * t.y, acc[i].z += wk * t.z, acc[i].w += wk * t.w;
+        }
+      }
+    }
+  if (S > 1) {
+    if (has_row && sg > 0) {
+      float* mine = red + (lr * (S - 1) + sg - 1) * kRed;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) *reinterpret_cast<float4*>(mine + 128 * i + 4 * lane) = acc[i];
+      if (lane == 0) mine[kL] = sum;
+    }
+    __syncthreads();
+    if (sg > 0 || !has_row) return;
+    for (int g = 1; g < S; ++g) {
+      const float* theirs = red + (lr * (S - 1) + g - 1) * kRed;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 t = *reinterpret_cast<const float4*>(theirs + 128 * i + 4 * lane);
+        acc[i].x += t.x, acc[i].y += t.y, acc[i].z += t.z, acc[i].w += t.w;
+      }
+      sum += theirs[kL];
+    }
   }
-  float inv = sum > 0 ? 1.f / sum : 0.f;
-  RowPlace rp = place_row(p, job, r);
-  bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h + col;
-  reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
-  reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  if (!has_row) return;
+  const float inv = sum > 0 ? 1.f / sum : 0.f;
+  bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h + 4 * lane;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(acc[i].x * inv, acc[i].y * inv);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(acc[i].z * inv, acc[i].w * inv);
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&lo), packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(dst + 128 * i) = packed;
+  }
 }
 
 template <int MT, bool kFp8>
@@ -409,10 +478,20 @@ void run_mma_sync(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStre
 }  // namespace
 
 void mla::launch_mla_decode_combine(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
+  // Warps a row: about a quarter of the splits a job can average (num_ctas over the jobs a batch of
+  // this shape can have, at least half of max_jobs): 16 for a batch of one, 1 for a large batch.
+  // The grid depends on the shape only.
+  const int64_t splits = 2 * int64_t(s.num_ctas) / std::max(s.max_jobs, 1) + 1;
+  int S = 1;
+  while (S < kCombineMaxWarps && 4 * S < splits) S *= 2;
+  const int warps = std::max(S, kCombineRows), rows = warps / S, M = 16 * s.m_tiles;
+  const size_t smem = (size_t(rows) * (S - 1) * (kL + 4) + size_t(rows) * s.num_ctas) * sizeof(float);
+  MLA_CHECK(smem <= 48 * 1024, "mla_decode combine: {} CTAs' weights do not fit in shared memory", s.num_ctas);
+  const dim3 grid(unsigned(s.max_jobs), unsigned((M + rows - 1) / rows)), block(32 * warps);
   if (s.m_tiles == 4)
-    launch_pdl(mla_decode_combine_kernel<4>, dim3(s.max_jobs, 64), kCombineThreads, 0, stream, p, s);
+    launch_pdl(mla_decode_combine_kernel<4>, grid, block, smem, stream, p, s, S);
   else
-    launch_pdl(mla_decode_combine_kernel<1>, dim3(s.max_jobs, 16), kCombineThreads, 0, stream, p, s);
+    launch_pdl(mla_decode_combine_kernel<1>, grid, block, smem, stream, p, s, S);
 }
 
 void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
