@@ -66,7 +66,7 @@ void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::R
     stream_sse(ctx, res, std::move(streams), chunk, nullptr);
     return;
   }
-  std::vector<StreamResult> results = wait_all(ctx, streams);
+  std::vector<StreamResult> results = wait_all(ctx, streams, ClientConnection(req));
   double latency = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json out = json::array();
   for (size_t i = 0; i < streams.size(); ++i) {

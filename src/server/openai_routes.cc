@@ -101,7 +101,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
     stream_sse(ctx, res, std::move(streams), chunk, usage);
     return;
   }
-  std::vector<StreamResult> results = wait_all(ctx, streams);
+  std::vector<StreamResult> results = wait_all(ctx, streams, ClientConnection(req));
   json choices = json::array();
   for (size_t i = 0; i < streams.size(); ++i)
     choices.push_back({{"index", i}, {"text", streams[i]->text()},
@@ -151,7 +151,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
     stream_sse(ctx, res, std::move(streams), chunk, usage);
     return;
   }
-  std::vector<StreamResult> results = wait_all(ctx, streams);
+  std::vector<StreamResult> results = wait_all(ctx, streams, ClientConnection(req));
   json choices = json::array();
   for (size_t i = 0; i < streams.size(); ++i)
     choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", streams[i]->text()}}},

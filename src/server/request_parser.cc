@@ -245,8 +245,13 @@ GenerateRequest parse_generate_request(const json& j, const ParseLimits& lim) {
   check_known_fields(j, {"text", "input_ids", "sampling_params", "stream", "return_logprob", "top_logprobs_num", "rid"});
   GenerateRequest r;
   if (has(j, "text") == has(j, "input_ids")) bad("text", "give exactly one of 'text' and 'input_ids'");
-  const char* key = has(j, "text") ? "text" : "input_ids";
+  const bool text = has(j, "text");
+  const char* key = text ? "text" : "input_ids";
   r.prompts = prompts(j[key], key, lim, &r.batch);
+  for (const Prompt& p : r.prompts)  // SGLang's two fields each take one kind
+    if (std::holds_alternative<std::string>(p) != text)
+      bad(key, text ? "'text' must be a string or a list of strings"
+                    : "'input_ids' must be token ids or a list of lists of token ids");
   r.params.max_new_tokens = 128;
   if (has(j, "sampling_params")) {
     const json& sp = j["sampling_params"];

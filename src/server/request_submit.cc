@@ -42,13 +42,21 @@ std::vector<std::unique_ptr<TextStream>> submit(ServerContext& ctx, const std::v
   return streams;
 }
 
-std::vector<StreamResult> wait_all(ServerContext& ctx, std::vector<std::unique_ptr<TextStream>>& streams) {
-  auto start = std::chrono::steady_clock::now();
+std::vector<StreamResult> wait_all(ServerContext& ctx, std::vector<std::unique_ptr<TextStream>>& streams,
+                                   const ClientConnection& client) {
+  auto start = std::chrono::steady_clock::now(), checked = start;
   std::vector<StreamResult> results(streams.size());
   for (size_t i = 0; i < streams.size(); ++i) {
     TextStream& s = *streams[i];
     while (!s.finished()) {
       auto d = s.next(std::chrono::milliseconds(200));
+      if (auto now = std::chrono::steady_clock::now(); now - checked >= std::chrono::milliseconds(200)) {
+        checked = now;
+        if (client.closed()) {
+          for (auto& other : streams) other->cancel();
+          throw ApiError(499, "the client closed the connection", "", "client_closed");
+        }
+      }
       if (!d) continue;
       results[i].logprobs.insert(results[i].logprobs.end(), d->logprobs.begin(), d->logprobs.end());
       results[i].last = *d;

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "server/client_connection.h"
 #include "server/http_server.h"
 #include "server/request_parser.h"
 #include "server/text_stream.h"
@@ -24,8 +25,10 @@ struct StreamResult {
   TextDelta last;  // the final delta: finish reason, matched stop, error
 };
 
-// Reads every stream to its end (non-streaming responses), recording latency metrics.
-std::vector<StreamResult> wait_all(ServerContext& ctx, std::vector<std::unique_ptr<TextStream>>& streams);
+// Reads every stream to its end (non-streaming responses), recording latency metrics. If the
+// client closes its connection first, every stream is cancelled and ApiError 499 thrown.
+std::vector<StreamResult> wait_all(ServerContext& ctx, std::vector<std::unique_ptr<TextStream>>& streams,
+                                   const ClientConnection& client);
 
 // The OpenAI usage object of a set of streams (each prompt counted once).
 nlohmann::json usage_of(const std::vector<std::unique_ptr<TextStream>>& streams, int n);

@@ -90,6 +90,35 @@ def test_256_concurrent_streams_complete_and_a_third_can_disconnect(server):
     assert greedy(server, "after the load")["choices"][0]["finish_reason"] == "length"
 
 
+def test_non_streaming_requests_are_aborted_when_their_client_goes(server):
+    """A client that gives up on a non-streaming request (a timeout, perhaps then a retry) must not
+    leave it generating: the server sees the closed connection and aborts it, on every route."""
+    wait_idle(server)
+    aborted, finished = metric(server, "num_aborted_requests_total"), metric(server, "num_requests_total")
+    long = 30000  # far more tokens than the tiny model makes in the test's time
+    cases = [
+        ("/v1/completions", {"prompt": "Give up on me", "max_tokens": long, "ignore_eos": True}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "And me"}], "max_tokens": long,
+                                  "ignore_eos": True}),
+        ("/generate", {"text": "Me too", "sampling_params": {"max_new_tokens": long, "ignore_eos": True}}),
+        ("/v1/completions", {"prompt": ["Two prompts", "and two samples"], "n": 2, "max_tokens": long,
+                             "ignore_eos": True}),
+    ]
+    for path, body in cases:
+        try:
+            r = server.post(path, json=body, timeout=1.0)
+            raise AssertionError(f"{path} answered before the client gave up: {r.status_code}")
+        except requests.Timeout:
+            pass
+        info = wait_idle(server, timeout=10)
+        assert info["num_running_requests"] == 0 and info["num_waiting_requests"] == 0, (path, info)
+    assert metric(server, "num_aborted_requests_total") == aborted + 1 + 1 + 1 + 4
+    assert metric(server, "num_requests_total") == finished
+    info = wait_idle(server)
+    assert info["kv_slots_used"] == info["kv_slots_cached"]  # only the radix cache holds KV
+    assert greedy(server, "still serving")["choices"][0]["finish_reason"] == "length"
+
+
 def test_small_pool_retracts_and_completes_correctly(server):
     small = Server("--max-total-tokens", "256", "--disable-radix-cache", "--max-running-requests", "64",
                    "--chunked-prefill-size", "32")
@@ -135,6 +164,8 @@ def test_bad_inputs_get_4xx_with_an_error_body(server):
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, 400),
         ("/generate", {"sampling_params": {"max_new_tokens": 2}}, 400),
         ("/generate", {"text": "x", "sampling_params": {"nope": 1}}, 400),
+        ("/generate", {"input_ids": "text where ids belong"}, 400),
+        ("/generate", {"text": [1, 2, 3]}, 400),
         ("/nowhere", {}, 404),
     ]
     for path, body, status in cases:
