@@ -95,6 +95,7 @@ void HttpServer::add_routes() {
   s.Post("/v1/completions", wrap([this](auto& q, auto& r) { handle_completions(ctx_, q, r); }));
   s.Post("/v1/chat/completions", wrap([this](auto& q, auto& r) { handle_chat_completions(ctx_, q, r); }));
   s.Post("/generate", wrap([this](auto& q, auto& r) { handle_generate(ctx_, q, r); }));
+  s.Post("/abort_request", wrap([this](auto& q, auto& r) { handle_abort_request(ctx_, q, r); }));
   for (const char* prefix : {"", "/v1"}) {
     s.Post(std::string(prefix) + "/tokenize", wrap([this](auto& q, auto& r) { handle_tokenize(ctx_, q, r); }));
     s.Post(std::string(prefix) + "/detokenize", wrap([this](auto& q, auto& r) { handle_detokenize(ctx_, q, r); }));

@@ -13,6 +13,7 @@
 #include "config/server_args.h"
 #include "engine/scheduler.h"
 #include "server/metrics.h"
+#include "server/request_registry.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/chat_template.h"
 
@@ -33,6 +34,7 @@ struct ServerContext {
   std::string model_name;
   int64_t context_length = 0;
   ServerMetrics metrics;
+  RequestRegistry rids;  // /generate's requests, for /abort_request
   std::atomic<uint64_t> next_request_id{1};
   std::atomic<bool> draining{false};
   std::atomic<int64_t> in_flight{0};  // HTTP requests not yet answered (streams until they end)
@@ -76,6 +78,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
 void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_abort_request(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
 bool run_health_generate(ServerContext& ctx);
 
 }  // namespace mlaserve

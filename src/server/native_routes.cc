@@ -14,13 +14,18 @@ namespace {
 
 using nlohmann::json;
 
-json meta_info(const TextStream& s, const StreamResult* r, uint64_t id, double latency) {
+// SGLang's finish types: "length", "stop" (eos, a stop string or id) and "abort" (/abort_request).
+const char* finish_type(FinishReason f) {
+  return f == FinishReason::Length ? "length" : f == FinishReason::Abort ? "abort" : "stop";
+}
+
+json meta_info(const TextStream& s, const StreamResult* r, const std::string& id, double latency) {
   json finish = nullptr;
   if (r) {
-    finish = {{"type", r->last.finish == FinishReason::Length ? "length" : "stop"}};
+    finish = {{"type", finish_type(r->last.finish)}};
     if (!r->last.matched_stop.empty()) finish["matched"] = r->last.matched_stop;
   }
-  return {{"id", std::to_string(id)}, {"prompt_tokens", s.prompt_tokens()},
+  return {{"id", id}, {"prompt_tokens", s.prompt_tokens()},
           {"completion_tokens", s.completion_tokens()}, {"cached_tokens", s.cached_tokens()},
           {"finish_reason", finish}, {"e2e_latency", latency}};
 }
@@ -42,22 +47,38 @@ void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::R
   GenerateRequest r = parse_generate_request(parse_json_body(req.body),
                                              {ctx.args.max_n, ctx.context_length, ctx.model.vocab_size});
   auto start = std::chrono::steady_clock::now();
+  if (r.rids.empty())
+    for (size_t i = 0; i < r.prompts.size(); ++i) r.rids.push_back(new_rid());
+  std::vector<std::vector<int32_t>> prompt_tokens;  // every prompt checked before any is submitted
+  for (const Prompt& p : r.prompts) prompt_tokens.push_back(prompt_ids(ctx, p));
   std::vector<std::unique_ptr<TextStream>> streams;
-  for (const Prompt& p : r.prompts)
-    for (auto& s : submit(ctx, prompt_ids(ctx, p), r.params, r.n)) streams.push_back(std::move(s));
+  RegisteredRids registered(ctx.rids);
+  for (size_t i = 0; i < prompt_tokens.size(); ++i) {
+    std::vector<std::shared_ptr<OutputChannel>> channels;
+    for (auto& s : submit(ctx, prompt_tokens[i], r.params, r.n)) {
+      channels.push_back(s->channel());
+      streams.push_back(std::move(s));
+    }
+    if (!registered.add(r.rids[i], channels)) {
+      for (auto& s : streams) s->cancel();
+      throw ApiError(400, fmt::format("the rid '{}' is already in flight", r.rids[i]), "rid");
+    }
+  }
   if (r.stream) {
+    registered.keep();  // the entry outlives this handler with the stream; it expires when that ends
     // SGLang streams the text so far in every event.
     auto text = std::make_shared<std::string>();
     auto ids = std::make_shared<std::vector<int32_t>>();
-    auto chunk = [text, ids, start](size_t, const TextStream& stream, const TextDelta& d, bool) {
+    auto chunk = [text, ids, start, rid = r.rids[0]](size_t, const TextStream& stream, const TextDelta& d, bool) {
       *text += d.text;
       ids->insert(ids->end(), d.tokens.begin(), d.tokens.end());
       json finish = nullptr;
-      if (d.finished) finish = {{"type", d.finish == FinishReason::Length ? "length" : "stop"}};
+      if (d.finished) finish = {{"type", finish_type(d.finish)}};
       return json{{"text", *text},
                   {"output_ids", *ids},
                   {"meta_info",
-                   {{"prompt_tokens", stream.prompt_tokens()},
+                   {{"id", rid},
+                    {"prompt_tokens", stream.prompt_tokens()},
                     {"cached_tokens", stream.cached_tokens()},
                     {"completion_tokens", ids->size()},
                     {"finish_reason", finish},
@@ -70,11 +91,26 @@ void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::R
   double latency = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json out = json::array();
   for (size_t i = 0; i < streams.size(); ++i) {
-    json meta = meta_info(*streams[i], &results[i], i, latency);
+    json meta = meta_info(*streams[i], &results[i], r.rids[i / size_t(r.n)], latency);
     if (r.params.logprobs >= 0) meta.update(output_logprobs(results[i].logprobs));
     out.push_back({{"text", streams[i]->text()}, {"output_ids", streams[i]->tokens()}, {"meta_info", meta}});
   }
   res.set_content(dump(r.batch || r.n > 1 ? out : out[0]), "application/json");
+}
+
+// As SGLang: {"rid": "..."} stops that /generate request, {"abort_all": true} every one. A rid that
+// is unknown or already finished is no error (the request may have ended meanwhile); "aborted"
+// says how many requests were reached. A stopped request answers with finish type "abort".
+void handle_abort_request(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  json body = parse_json_body(req.body);
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  check_known_fields(body, {"rid", "abort_all"});
+  const bool all = optional_bool(body, "abort_all", false);
+  if (all == body.contains("rid")) throw ApiError(400, "give either 'rid' or \"abort_all\": true", "rid");
+  if (!all && !(body["rid"].is_string() && !body["rid"].get<std::string>().empty()))
+    throw ApiError(400, "'rid' must be a non-empty string", "rid");
+  const size_t n = all ? ctx.rids.abort_all() : ctx.rids.abort(body["rid"].get<std::string>());
+  res.set_content(dump({{"aborted", n}}), "application/json");
 }
 
 // As SGLang: "prompt" is a string or a list of them (then "tokens" and "count" are lists);

@@ -262,6 +262,23 @@ GenerateRequest parse_generate_request(const json& j, const ParseLimits& lim) {
     sampling_fields(sp, r.params, lim);
     if (has(sp, "n")) r.n = int(integer(sp, "n", 1, lim.max_n));
   }
+  if (has(j, "rid")) {
+    const json& rid = j["rid"];
+    if (rid.is_string() && !r.batch) {
+      r.rids.push_back(rid.get<std::string>());
+    } else if (rid.is_array() && r.batch && rid.size() == r.prompts.size()) {
+      for (const json& one : rid) {
+        if (!one.is_string()) bad("rid", "'rid' must hold strings");
+        r.rids.push_back(one.get<std::string>());
+      }
+    } else {
+      bad("rid", "'rid' must be a string for one prompt, or a list of strings, one a prompt, for a batch");
+    }
+    for (const std::string& one : r.rids)
+      if (one.empty()) bad("rid", "a 'rid' must not be empty");
+    if (std::set<std::string>(r.rids.begin(), r.rids.end()).size() != r.rids.size())
+      bad("rid", "the rids of a batch must differ");
+  }
   if (has(j, "stream")) r.stream = boolean(j, "stream");
   if (r.stream && (r.batch || r.n > 1)) bad("stream", "streaming takes one prompt with n = 1");
   bool lp = has(j, "return_logprob") && boolean(j, "return_logprob");

@@ -53,6 +53,7 @@ struct GenerateRequest {
   GenerationParams params;
   int n = 1;
   bool stream = false;
+  std::vector<std::string> rids;  // one a prompt when the client named them ("rid")
 };
 
 CompletionRequest parse_completion_request(const nlohmann::json& body, const ParseLimits& limits);

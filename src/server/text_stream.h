@@ -31,6 +31,7 @@ class TextStream {
   // Waits up to `timeout` for progress; nullopt when there was none (check the client, retry).
   std::optional<TextDelta> next(std::chrono::milliseconds timeout);
   void cancel() { request_->output->cancel(); }
+  const std::shared_ptr<OutputChannel>& channel() const { return request_->output; }
 
   bool finished() const { return finished_; }
   const std::string& text() const { return text_; }        // all text handed out

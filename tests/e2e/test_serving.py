@@ -209,6 +209,47 @@ def test_native_generate_tokenize_and_info(server):
     assert "mlaserve:time_to_first_token_seconds_bucket" in server.get("/metrics").text
 
 
+def test_abort_request_by_rid(server):
+    """/generate's rid names the request in meta_info, and /abort_request stops it (SGLang's API)."""
+    wait_idle(server)
+    long = {"max_new_tokens": 30000, "ignore_eos": True}
+    with futures.ThreadPoolExecutor(4) as pool:
+        victim = pool.submit(server.post, "/generate", json={"text": "Stop me", "rid": "victim", "sampling_params": long})
+        batch = pool.submit(server.post, "/generate", json={"text": ["one", "two"], "rid": ["b1", "b2"],
+                                                            "sampling_params": {**long, "n": 2}})
+        streamed = pool.submit(server.post, "/generate", json={"text": "Streamed", "rid": "s1", "stream": True,
+                                                               "sampling_params": long})
+        deadline = time.time() + 30
+        while server.info()["num_running_requests"] < 1 + 4 + 1 and time.time() < deadline:
+            time.sleep(0.1)
+        # A rid in flight cannot be taken again.
+        dup = server.post("/generate", json={"text": "again", "rid": "victim", "sampling_params": {"max_new_tokens": 1}})
+        assert dup.status_code == 400 and "rid" in dup.json()["error"]["message"], dup.text
+        assert server.post("/abort_request", json={"rid": "victim"}).json() == {"aborted": 1}
+        out = victim.result(timeout=30).json()
+        assert out["meta_info"]["id"] == "victim" and out["meta_info"]["finish_reason"]["type"] == "abort"
+        assert 0 < out["meta_info"]["completion_tokens"] < 30000
+        assert server.post("/abort_request", json={"rid": "nobody"}).json() == {"aborted": 0}
+        assert server.post("/abort_request", json={"abort_all": True}).json()["aborted"] >= 4 + 1
+        outs = batch.result(timeout=30).json()
+        assert [o["meta_info"]["id"] for o in outs] == ["b1", "b1", "b2", "b2"]
+        assert all(o["meta_info"]["finish_reason"]["type"] == "abort" for o in outs)
+        events = [json.loads(l[6:]) for l in streamed.result(timeout=30).iter_lines() if l and l != b"data: [DONE]"]
+        assert events[-1]["meta_info"]["id"] == "s1" and events[-1]["meta_info"]["finish_reason"]["type"] == "abort"
+    info = wait_idle(server)
+    assert info["num_running_requests"] == 0 and info["kv_slots_used"] == info["kv_slots_cached"]
+    # Unnamed requests get a rid of their own; bad bodies are refused.
+    rid = server.post("/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 1}}).json()["meta_info"]["id"]
+    assert len(rid) == 32 and int(rid, 16) >= 0
+    for body in [{}, {"rid": 5}, {"rid": ""}, {"rid": "a", "abort_all": True}, {"abort_all": "yes"}, {"other": 1}]:
+        r = server.post("/abort_request", json=body)
+        assert r.status_code == 400 and r.json()["error"]["message"], (body, r.text)
+    for body in [{"text": "x", "rid": ["a"]}, {"text": ["x", "y"], "rid": "a"}, {"text": ["x", "y"], "rid": ["a", "a"]},
+                 {"text": ["x", "y"], "rid": ["a"]}, {"text": "x", "rid": ""}]:
+        r = server.post("/generate", json=body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "rid", (body, r.text)
+
+
 def test_api_key():
     s = Server("--max-total-tokens", "4096", "--api-key", "sekret")
     try:
