@@ -53,6 +53,9 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
   cmd.add_option("--port", a.port)->capture_default_str();
   cmd.add_option("--api-key", a.api_key, "Require 'Authorization: Bearer KEY'");
   cmd.add_option("--max-n", a.max_n, "Largest n a request may ask for")->capture_default_str();
+  cmd.add_option("--reasoning-parser", a.reasoning_parser,
+                 "deepseek-r1 | deepseek-v3: give chat answers' reasoning (before </think>) as reasoning_content "
+                 "(deepseek-v3: when chat_template_kwargs has \"thinking\": true)");
 }
 
 void ServerArgs::validate() const {
@@ -75,6 +78,8 @@ void ServerArgs::validate() const {
   MLA_CHECK(max_total_tokens >= 0, "--max-total-tokens must not be negative");
   MLA_CHECK(port > 0 && port < 65536, "--port {} is not a TCP port", port);
   MLA_CHECK(max_n >= 1, "--max-n must be at least 1");
+  MLA_CHECK(reasoning_parser.empty() || reasoning_parser == "deepseek-r1" || reasoning_parser == "deepseek-v3",
+            "--reasoning-parser '{}': expected deepseek-r1 or deepseek-v3", reasoning_parser);
   MLA_CHECK(context_length >= 0, "--context-length must not be negative");
   MLA_CHECK(cuda_graph_max_bs >= 0, "--cuda-graph-max-bs must not be negative");
   for (int bs : cuda_graph_bs) MLA_CHECK(bs >= 1, "--cuda-graph-bs {}: batch sizes must be positive", bs);
@@ -111,7 +116,8 @@ nlohmann::json ServerArgs::to_json() const {
           {"enable_fp8_bmm", enable_fp8_bmm},
           {"disable_cuda_graph", disable_cuda_graph},
           {"cuda_graph_max_bs", cuda_graph_max_bs}, {"cuda_graph_bs", cuda_graph_bs}, {"host", host},
-          {"port", port}, {"api_key_set", !api_key.empty()}, {"max_n", max_n}};
+          {"port", port}, {"api_key_set", !api_key.empty()}, {"max_n", max_n},
+          {"reasoning_parser", reasoning_parser}};
 }
 
 }  // namespace mlaserve

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "server/api_error.h"
+#include "server/reasoning_parser.h"
 #include "server/sse_stream.h"
 
 namespace mlaserve {
@@ -131,11 +132,24 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   std::string id = new_id("chatcmpl", ctx);
   int64_t created = now_seconds();
   bool want_logprobs = r.logprobs;
+  // --reasoning-parser: the text before </think> goes to reasoning_content.
+  const bool split = !ctx.args.reasoning_parser.empty() && r.separate_reasoning;
+  const bool thinking = r.template_kwargs.contains("thinking") && r.template_kwargs["thinking"] == true;
+  const bool in_reasoning = starts_in_reasoning(ctx.args.reasoning_parser, thinking);
   if (r.stream) {
-    auto chunk = [&ctx, id, created, want_logprobs](size_t i, const TextStream&, const TextDelta& d, bool first) {
+    const StreamedReasoning fresh(in_reasoning, r.stream_reasoning);
+    auto splits = std::make_shared<std::vector<StreamedReasoning>>(size_t(r.n), fresh);
+    auto chunk = [&ctx, id, created, want_logprobs, split, splits](size_t i, const TextStream&, const TextDelta& d,
+                                                                   bool first) {
       json delta = json::object();
       if (first) delta["role"] = "assistant";
-      if (!d.text.empty() || first) delta["content"] = d.text;
+      if (split) {
+        ReasoningSplitter::Parts parts = (*splits)[i].next(d.text, d.finished);
+        if (!parts.reasoning.empty()) delta["reasoning_content"] = parts.reasoning;
+        if (!parts.content.empty() || first) delta["content"] = parts.content;
+      } else if (!d.text.empty() || first) {
+        delta["content"] = d.text;
+      }
       json c = {{"index", i}, {"delta", delta},
                 {"logprobs", want_logprobs ? chat_logprobs(ctx, d.logprobs) : json(nullptr)},
                 {"finish_reason", d.finished ? json(finish_reason_of(d)) : json(nullptr)}};
@@ -153,10 +167,17 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   }
   std::vector<StreamResult> results = wait_all(ctx, streams, ClientConnection(req));
   json choices = json::array();
-  for (size_t i = 0; i < streams.size(); ++i)
-    choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", streams[i]->text()}}},
+  for (size_t i = 0; i < streams.size(); ++i) {
+    json message = {{"role", "assistant"}, {"content", streams[i]->text()}};
+    if (split) {
+      ReasoningSplitter::Parts parts = split_reasoning(streams[i]->text(), in_reasoning);
+      message["content"] = parts.content;
+      message["reasoning_content"] = parts.reasoning.empty() ? json(nullptr) : json(parts.reasoning);
+    }
+    choices.push_back({{"index", i}, {"message", message},
                        {"logprobs", want_logprobs ? chat_logprobs(ctx, results[i].logprobs) : json(nullptr)},
                        {"finish_reason", finish_reason_of(results[i].last)}});
+  }
   res.set_content(dump({{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", ctx.model_name},
                         {"choices", choices}, {"usage", usage_of(streams, r.n)}}),
                   "application/json");

@@ -182,7 +182,8 @@ ChatCompletionRequest parse_chat_request(const json& j, const ParseLimits& lim) 
                          "min_p", "n", "stream", "stream_options", "logprobs", "top_logprobs", "stop",
                          "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "user",
                          "logit_bias", "tools", "tool_choice", "response_format", "ignore_eos", "stop_token_ids",
-                         "skip_special_tokens", "chat_template_kwargs", "parallel_tool_calls"});
+                         "skip_special_tokens", "chat_template_kwargs", "parallel_tool_calls", "separate_reasoning",
+                         "stream_reasoning"});
   ChatCompletionRequest r;
   if (has(j, "model")) {
     if (!j["model"].is_string()) bad("model", "'model' must be a string");
@@ -238,6 +239,8 @@ ChatCompletionRequest parse_chat_request(const json& j, const ParseLimits& lim) 
     r.template_kwargs = nlohmann::ordered_json::parse(j["chat_template_kwargs"].dump());
   }
   if (has(j, "user") && !j["user"].is_string()) bad("user", "'user' must be a string");
+  if (has(j, "separate_reasoning")) r.separate_reasoning = boolean(j, "separate_reasoning");
+  if (has(j, "stream_reasoning")) r.stream_reasoning = boolean(j, "stream_reasoning");
   return r;
 }
 

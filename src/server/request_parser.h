@@ -45,6 +45,9 @@ struct ChatCompletionRequest {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
+  // With --reasoning-parser (SGLang's fields): the reasoning apart from the answer, and streamed as
+  // it comes (else given at once when it ends).
+  bool separate_reasoning = true, stream_reasoning = true;
 };
 
 struct GenerateRequest {

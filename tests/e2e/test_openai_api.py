@@ -112,3 +112,32 @@ def test_logprobs(client):
                                        temperature=0, logprobs=True, top_logprobs=2)
     content = c.choices[0].logprobs.content
     assert len(content) == 3 and all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in content)
+
+
+def test_reasoning_parser_gives_reasoning_content():
+    """--reasoning-parser deepseek-r1: R1's template opens <think>, so a greedy answer with no
+    </think> (the dummy model's) is all reasoning, streamed as reasoning_content deltas; the split
+    itself is checked in tests/unit/reasoning_parser_test.cc."""
+    from conftest import Server
+    s = Server("--max-total-tokens", "4096", "--reasoning-parser", "deepseek-r1")
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=300)
+        kwargs = dict(model=MODEL, messages=[{"role": "user", "content": "Why?"}], max_tokens=10, temperature=0)
+        plain = c.chat.completions.create(**kwargs, extra_body={"separate_reasoning": False}).choices[0].message
+        whole = c.chat.completions.create(**kwargs).choices[0].message
+        assert plain.content and whole.content == ""
+        assert whole.model_extra["reasoning_content"] == plain.content.strip()
+        for stream_reasoning in (True, False):
+            reasoning, content, chunks = "", "", 0
+            for chunk in c.chat.completions.create(**kwargs, stream=True,
+                                                   extra_body={"stream_reasoning": stream_reasoning}):
+                delta = chunk.choices[0].delta
+                reasoning += (delta.model_extra or {}).get("reasoning_content") or ""
+                content += delta.content or ""
+                chunks += 1
+            assert reasoning == plain.content and content == "", stream_reasoning
+            assert chunks > (2 if stream_reasoning else 0)
+        bad = s.post("/v1/chat/completions", json={**kwargs, "separate_reasoning": "yes"})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "separate_reasoning"
+    finally:
+        s.stop()

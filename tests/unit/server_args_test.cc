@@ -66,5 +66,16 @@ TEST(ServerArgs, MixedChunkNeedsChunkedPrefill) {
             std::string::npos);
 }
 
+TEST(ServerArgs, ReasoningParserNamesOneOfDeepSeeks) {
+  EXPECT_EQ(parse({}).reasoning_parser, "");
+  for (const char* name : {"deepseek-r1", "deepseek-v3"}) {
+    ServerArgs a = parse({"--reasoning-parser", name});
+    EXPECT_EQ(refusal(a), "");
+    EXPECT_EQ(a.to_json()["reasoning_parser"], name);
+  }
+  EXPECT_NE(refusal(parse({"--reasoning-parser", "qwen3"})).find("expected deepseek-r1 or deepseek-v3"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace mlaserve

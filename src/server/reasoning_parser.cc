@@ -1,0 +1,126 @@
+#include "server/reasoning_parser.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace mlaserve {
+
+namespace {
+
+constexpr std::string_view kOpen = "<think>", kClose = "</think>";
+
+// Length of the longest suffix of `s` that is a proper prefix of `tag` (text that may still
+// become the tag once more arrives).
+size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
+  for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n)
+    if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
+  return 0;
+}
+
+bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+}  // namespace
+
+ReasoningSplitter::ReasoningSplitter(bool starts_in_reasoning)
+    : state_(starts_in_reasoning ? State::Reasoning : State::Start), reasoning_start_(starts_in_reasoning) {}
+
+ReasoningSplitter::Parts ReasoningSplitter::feed(std::string_view delta) {
+  held_ += delta;
+  Parts out;
+  take(out, false);
+  return out;
+}
+
+ReasoningSplitter::Parts ReasoningSplitter::finish() {
+  Parts out;
+  take(out, true);
+  return out;
+}
+
+void ReasoningSplitter::take(Parts& out, bool final) {
+  while (!held_.empty()) {
+    switch (state_) {
+      case State::Start: {  // does the output open with "<think>" (after blanks)?
+        size_t first = 0;
+        while (first < held_.size() && is_space(held_[first])) ++first;
+        std::string_view rest = std::string_view(held_).substr(first);
+        if (rest.starts_with(kOpen)) {
+          held_.erase(0, first + kOpen.size());
+          state_ = State::Reasoning;
+          reasoning_start_ = false;
+        } else if (!final && kOpen.starts_with(rest)) {
+          return;  // blanks or a piece of "<think>" so far
+        } else {
+          state_ = State::Answer;
+        }
+        break;
+      }
+      case State::Reasoning: {
+        if (reasoning_start_) {  // a template that opened the reasoning may see the model open it again
+          if (held_.starts_with(kOpen))
+            held_.erase(0, kOpen.size());
+          else if (!final && kOpen.starts_with(held_))
+            return;
+          reasoning_start_ = false;
+          break;
+        }
+        size_t close = held_.find(kClose);
+        if (close != std::string::npos) {
+          out.reasoning += held_.substr(0, close);
+          held_.erase(0, close + kClose.size());
+          state_ = State::AnswerStart;
+          break;
+        }
+        size_t keep = final ? 0 : partial_tag_suffix(held_, kClose);
+        out.reasoning += held_.substr(0, held_.size() - keep);
+        held_.erase(0, held_.size() - keep);
+        return;
+      }
+      case State::AnswerStart: {  // the blank lines after "</think>" are layout, not answer
+        size_t first = 0;
+        while (first < held_.size() && is_space(held_[first])) ++first;
+        held_.erase(0, first);
+        if (held_.empty()) return;
+        state_ = State::Answer;
+        break;
+      }
+      case State::Answer:
+        out.content += held_;
+        held_.clear();
+        return;
+    }
+  }
+}
+
+ReasoningSplitter::Parts StreamedReasoning::next(std::string_view delta, bool finished) {
+  ReasoningSplitter::Parts parts = splitter_.feed(delta);
+  if (finished) {
+    ReasoningSplitter::Parts rest = splitter_.finish();
+    parts.reasoning += rest.reasoning;
+    parts.content += rest.content;
+  }
+  if (!stream_reasoning_) {
+    unsent_ += parts.reasoning;
+    parts.reasoning.clear();
+    if (!parts.content.empty() || finished) parts.reasoning = std::exchange(unsent_, "");
+  }
+  return parts;
+}
+
+ReasoningSplitter::Parts split_reasoning(std::string_view text, bool starts_in_reasoning) {
+  ReasoningSplitter splitter(starts_in_reasoning);
+  ReasoningSplitter::Parts all = splitter.feed(text), rest = splitter.finish();
+  all.reasoning += rest.reasoning;
+  all.content += rest.content;
+  size_t begin = 0, end = all.reasoning.size();
+  while (begin < end && is_space(all.reasoning[begin])) ++begin;
+  while (end > begin && is_space(all.reasoning[end - 1])) --end;
+  all.reasoning = all.reasoning.substr(begin, end - begin);
+  return all;
+}
+
+bool starts_in_reasoning(const std::string& parser, bool thinking_requested) {
+  return parser == "deepseek-r1" || (parser == "deepseek-v3" && thinking_requested);
+}
+
+}  // namespace mlaserve
