@@ -34,7 +34,7 @@ struct ServerContext {
   std::string model_name;
   int64_t context_length = 0;
   ServerMetrics metrics;
-  RequestRegistry rids;  // /generate's requests, for /abort_request
+  RequestRegistry rids;  // the generation requests in flight, for /abort_request
   std::atomic<uint64_t> next_request_id{1};
   std::atomic<bool> draining{false};
   std::atomic<int64_t> in_flight{0};  // HTTP requests not yet answered (streams until they end)

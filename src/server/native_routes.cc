@@ -14,15 +14,10 @@ namespace {
 
 using nlohmann::json;
 
-// SGLang's finish types: "length", "stop" (eos, a stop string or id) and "abort" (/abort_request).
-const char* finish_type(FinishReason f) {
-  return f == FinishReason::Length ? "length" : f == FinishReason::Abort ? "abort" : "stop";
-}
-
 json meta_info(const TextStream& s, const StreamResult* r, const std::string& id, double latency) {
   json finish = nullptr;
   if (r) {
-    finish = {{"type", finish_type(r->last.finish)}};
+    finish = {{"type", finish_reason_of(r->last)}};
     if (!r->last.matched_stop.empty()) finish["matched"] = r->last.matched_stop;
   }
   return {{"id", id}, {"prompt_tokens", s.prompt_tokens()},
@@ -47,23 +42,10 @@ void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::R
   GenerateRequest r = parse_generate_request(parse_json_body(req.body),
                                              {ctx.args.max_n, ctx.context_length, ctx.model.vocab_size});
   auto start = std::chrono::steady_clock::now();
-  if (r.rids.empty())
-    for (size_t i = 0; i < r.prompts.size(); ++i) r.rids.push_back(new_rid());
   std::vector<std::vector<int32_t>> prompt_tokens;  // every prompt checked before any is submitted
   for (const Prompt& p : r.prompts) prompt_tokens.push_back(prompt_ids(ctx, p));
-  std::vector<std::unique_ptr<TextStream>> streams;
   RegisteredRids registered(ctx.rids);
-  for (size_t i = 0; i < prompt_tokens.size(); ++i) {
-    std::vector<std::shared_ptr<OutputChannel>> channels;
-    for (auto& s : submit(ctx, prompt_tokens[i], r.params, r.n)) {
-      channels.push_back(s->channel());
-      streams.push_back(std::move(s));
-    }
-    if (!registered.add(r.rids[i], channels)) {
-      for (auto& s : streams) s->cancel();
-      throw ApiError(400, fmt::format("the rid '{}' is already in flight", r.rids[i]), "rid");
-    }
-  }
+  auto streams = submit_named(ctx, prompt_tokens, r.rids, r.params, r.n, registered);
   if (r.stream) {
     registered.keep();  // the entry outlives this handler with the stream; it expires when that ends
     // SGLang streams the text so far in every event.
@@ -73,7 +55,7 @@ void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::R
       *text += d.text;
       ids->insert(ids->end(), d.tokens.begin(), d.tokens.end());
       json finish = nullptr;
-      if (d.finished) finish = {{"type", finish_type(d.finish)}};
+      if (d.finished) finish = {{"type", finish_reason_of(d)}};
       return json{{"text", *text},
                   {"output_ids", *ids},
                   {"meta_info",
@@ -98,7 +80,7 @@ void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::R
   res.set_content(dump(r.batch || r.n > 1 ? out : out[0]), "application/json");
 }
 
-// As SGLang: {"rid": "..."} stops that /generate request, {"abort_all": true} every one. A rid that
+// As SGLang: {"rid": "..."} stops that request, {"abort_all": true} every one. A rid that
 // is unknown or already finished is no error (the request may have ended meanwhile); "aborted"
 // says how many requests were reached. A stopped request answers with finish type "abort".
 void handle_abort_request(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {

@@ -77,9 +77,8 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   std::vector<std::vector<int32_t>> ids;
   for (const Prompt& p : r.prompts) ids.push_back(prompt_ids(ctx, p));
   if (r.stream && ids.size() > 1) throw ApiError(400, "streaming takes one prompt", "prompt");
-  std::vector<std::unique_ptr<TextStream>> streams;
-  for (auto& p : ids)
-    for (auto& s : submit(ctx, p, r.params, r.n)) streams.push_back(std::move(s));
+  RegisteredRids registered(ctx.rids);
+  auto streams = submit_named(ctx, ids, r.rids, r.params, r.n, registered);
   std::string id = new_id("cmpl", ctx);
   int64_t created = now_seconds();
   bool want_logprobs = r.params.logprobs >= 0, with_top = r.params.logprobs > 0;
@@ -99,6 +98,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
         return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", ctx.model_name},
                     {"choices", json::array()}, {"usage", usage_of(s, n)}};
       };
+    registered.keep();  // the rids expire with the stream's requests
     stream_sse(ctx, res, std::move(streams), chunk, usage);
     return;
   }
@@ -127,8 +127,8 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   } catch (const Error& e) {
     throw ApiError(400, std::string("the chat template rejected the messages: ") + e.what(), "messages");
   }
-  std::vector<int32_t> ids = prompt_ids(ctx, Prompt(prompt));
-  auto streams = submit(ctx, ids, r.params, r.n);
+  RegisteredRids registered(ctx.rids);
+  auto streams = submit_named(ctx, {prompt_ids(ctx, Prompt(prompt))}, r.rids, r.params, r.n, registered);
   std::string id = new_id("chatcmpl", ctx);
   int64_t created = now_seconds();
   bool want_logprobs = r.logprobs;
@@ -162,6 +162,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
         return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
                     {"model", ctx.model_name}, {"choices", json::array()}, {"usage", usage_of(s, n)}};
       };
+    registered.keep();  // the rids expire with the stream's requests
     stream_sse(ctx, res, std::move(streams), chunk, usage);
     return;
   }

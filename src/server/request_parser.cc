@@ -87,6 +87,28 @@ std::vector<std::string> stops(const json& v) {
   return out;
 }
 
+// SGLang's "rid": a string for one prompt, a list of them (one a prompt) for a batch; none given,
+// none returned (the server makes them).
+std::vector<std::string> rids(const json& j, size_t prompts, bool batch) {
+  std::vector<std::string> out;
+  if (!has(j, "rid")) return out;
+  const json& rid = j["rid"];
+  if (rid.is_string() && !batch) {
+    out.push_back(rid.get<std::string>());
+  } else if (rid.is_array() && batch && rid.size() == prompts) {
+    for (const json& one : rid) {
+      if (!one.is_string()) bad("rid", "'rid' must hold strings");
+      out.push_back(one.get<std::string>());
+    }
+  } else {
+    bad("rid", "'rid' must be a string for one prompt, or a list of strings, one a prompt, for a batch");
+  }
+  for (const std::string& one : out)
+    if (one.empty()) bad("rid", "a 'rid' must not be empty");
+  if (std::set<std::string>(out.begin(), out.end()).size() != out.size()) bad("rid", "the rids of a batch must differ");
+  return out;
+}
+
 // The sampling fields OpenAI and SGLang share, read from `j` into `p`.
 void sampling_fields(const json& j, GenerationParams& p, const ParseLimits& lim) {
   if (has(j, "temperature")) p.temperature = float(number(j, "temperature", 0, 100));
@@ -152,14 +174,16 @@ CompletionRequest parse_completion_request(const json& j, const ParseLimits& lim
   check_known_fields(j, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "n", "stream",
                          "stream_options", "logprobs", "echo", "stop", "presence_penalty", "frequency_penalty",
                          "repetition_penalty", "seed", "user", "best_of", "logit_bias", "suffix", "ignore_eos",
-                         "stop_token_ids", "skip_special_tokens"});
+                         "stop_token_ids", "skip_special_tokens", "rid"});
   CompletionRequest r;
   if (has(j, "model")) {
     if (!j["model"].is_string()) bad("model", "'model' must be a string");
     r.model = j["model"].get<std::string>();
   }
   if (!has(j, "prompt")) bad("prompt", "'prompt' is required");
-  r.prompts = prompts(j["prompt"], "prompt", lim);
+  bool batch = false;
+  r.prompts = prompts(j["prompt"], "prompt", lim, &batch);
+  r.rids = rids(j, r.prompts.size(), batch);
   r.params.max_new_tokens = 16;  // OpenAI's default for completions
   if (has(j, "max_tokens")) r.params.max_new_tokens = int32_t(max_tokens(j, "max_tokens", lim));
   sampling_fields(j, r.params, lim);
@@ -183,7 +207,7 @@ ChatCompletionRequest parse_chat_request(const json& j, const ParseLimits& lim) 
                          "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "user",
                          "logit_bias", "tools", "tool_choice", "response_format", "ignore_eos", "stop_token_ids",
                          "skip_special_tokens", "chat_template_kwargs", "parallel_tool_calls", "separate_reasoning",
-                         "stream_reasoning"});
+                         "stream_reasoning", "rid"});
   ChatCompletionRequest r;
   if (has(j, "model")) {
     if (!j["model"].is_string()) bad("model", "'model' must be a string");
@@ -239,6 +263,7 @@ ChatCompletionRequest parse_chat_request(const json& j, const ParseLimits& lim) 
     r.template_kwargs = nlohmann::ordered_json::parse(j["chat_template_kwargs"].dump());
   }
   if (has(j, "user") && !j["user"].is_string()) bad("user", "'user' must be a string");
+  r.rids = rids(j, 1, false);
   if (has(j, "separate_reasoning")) r.separate_reasoning = boolean(j, "separate_reasoning");
   if (has(j, "stream_reasoning")) r.stream_reasoning = boolean(j, "stream_reasoning");
   return r;
@@ -265,23 +290,7 @@ GenerateRequest parse_generate_request(const json& j, const ParseLimits& lim) {
     sampling_fields(sp, r.params, lim);
     if (has(sp, "n")) r.n = int(integer(sp, "n", 1, lim.max_n));
   }
-  if (has(j, "rid")) {
-    const json& rid = j["rid"];
-    if (rid.is_string() && !r.batch) {
-      r.rids.push_back(rid.get<std::string>());
-    } else if (rid.is_array() && r.batch && rid.size() == r.prompts.size()) {
-      for (const json& one : rid) {
-        if (!one.is_string()) bad("rid", "'rid' must hold strings");
-        r.rids.push_back(one.get<std::string>());
-      }
-    } else {
-      bad("rid", "'rid' must be a string for one prompt, or a list of strings, one a prompt, for a batch");
-    }
-    for (const std::string& one : r.rids)
-      if (one.empty()) bad("rid", "a 'rid' must not be empty");
-    if (std::set<std::string>(r.rids.begin(), r.rids.end()).size() != r.rids.size())
-      bad("rid", "the rids of a batch must differ");
-  }
+  r.rids = rids(j, r.prompts.size(), r.batch);
   if (has(j, "stream")) r.stream = boolean(j, "stream");
   if (r.stream && (r.batch || r.n > 1)) bad("stream", "streaming takes one prompt with n = 1");
   bool lp = has(j, "return_logprob") && boolean(j, "return_logprob");

@@ -34,6 +34,7 @@ struct CompletionRequest {
   int n = 1;
   bool stream = false;
   bool include_usage = false;
+  std::vector<std::string> rids;  // one a prompt when the client named them ("rid", as SGLang)
 };
 
 struct ChatCompletionRequest {
@@ -48,6 +49,7 @@ struct ChatCompletionRequest {
   // With --reasoning-parser (SGLang's fields): the reasoning apart from the answer, and streamed as
   // it comes (else given at once when it ends).
   bool separate_reasoning = true, stream_reasoning = true;
+  std::vector<std::string> rids;  // the one prompt's, when the client named it
 };
 
 struct GenerateRequest {

@@ -1,4 +1,4 @@
-// RequestRegistry: the requests in flight by their rid (/generate's "rid", else one the server
+// RequestRegistry: the requests in flight by their rid (a request's "rid", else one the server
 // makes), so that /abort_request can stop them as SGLang's does. Entries hold the requests'
 // channels weakly: a request that ended drops out by itself.
 #pragma once

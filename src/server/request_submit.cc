@@ -42,6 +42,27 @@ std::vector<std::unique_ptr<TextStream>> submit(ServerContext& ctx, const std::v
   return streams;
 }
 
+std::vector<std::unique_ptr<TextStream>> submit_named(ServerContext& ctx,
+                                                      const std::vector<std::vector<int32_t>>& prompts,
+                                                      std::vector<std::string>& rids, const GenerationParams& params,
+                                                      int n, RegisteredRids& registered) {
+  if (rids.empty())
+    for (size_t i = 0; i < prompts.size(); ++i) rids.push_back(new_rid());
+  std::vector<std::unique_ptr<TextStream>> streams;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<std::shared_ptr<OutputChannel>> channels;
+    for (auto& s : submit(ctx, prompts[i], params, n)) {
+      channels.push_back(s->channel());
+      streams.push_back(std::move(s));
+    }
+    if (!registered.add(rids[i], channels)) {
+      for (auto& s : streams) s->cancel();
+      throw ApiError(400, fmt::format("the rid '{}' is already in flight", rids[i]), "rid");
+    }
+  }
+  return streams;
+}
+
 std::vector<StreamResult> wait_all(ServerContext& ctx, std::vector<std::unique_ptr<TextStream>>& streams,
                                    const ClientConnection& client) {
   auto start = std::chrono::steady_clock::now(), checked = start;
@@ -92,7 +113,7 @@ std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohma
 
 const char* finish_reason_of(const TextDelta& d) {
   if (!d.error.empty()) throw ApiError(500, "generation failed: " + d.error, "", "server_error");
-  return d.finish == FinishReason::Length ? "length" : "stop";
+  return d.finish == FinishReason::Length ? "length" : d.finish == FinishReason::Abort ? "abort" : "stop";
 }
 
 }  // namespace mlaserve

@@ -19,6 +19,14 @@ std::vector<int32_t> prompt_ids(ServerContext& ctx, const Prompt& prompt);
 std::vector<std::unique_ptr<TextStream>> submit(ServerContext& ctx, const std::vector<int32_t>& ids,
                                                 const GenerationParams& params, int n);
 
+// Submits each prompt (`n` samples each) under its rid, made where `rids` is empty, and registers
+// them for /abort_request through `registered` (which drops them when the handler returns, unless
+// kept for a stream). A rid still in flight cancels what was submitted and throws ApiError 400.
+std::vector<std::unique_ptr<TextStream>> submit_named(ServerContext& ctx,
+                                                      const std::vector<std::vector<int32_t>>& prompts,
+                                                      std::vector<std::string>& rids, const GenerationParams& params,
+                                                      int n, RegisteredRids& registered);
+
 // What a non-streaming response needs of a stream once it ended.
 struct StreamResult {
   std::vector<TokenLogprob> logprobs;

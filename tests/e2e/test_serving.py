@@ -236,6 +236,19 @@ def test_abort_request_by_rid(server):
         assert all(o["meta_info"]["finish_reason"]["type"] == "abort" for o in outs)
         events = [json.loads(l[6:]) for l in streamed.result(timeout=30).iter_lines() if l and l != b"data: [DONE]"]
         assert events[-1]["meta_info"]["id"] == "s1" and events[-1]["meta_info"]["finish_reason"]["type"] == "abort"
+        # The OpenAI routes take a rid too (as SGLang's); their aborted choices end with "abort".
+        chat = pool.submit(server.post, "/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "Chat"}], "rid": "c1", "max_tokens": 30000, "ignore_eos": True})
+        completions = pool.submit(server.post, "/v1/completions", json={
+            "prompt": ["p1", "p2"], "rid": ["x1", "x2"], "max_tokens": 30000, "ignore_eos": True})
+        deadline = time.time() + 30
+        while server.info()["num_running_requests"] < 3 and time.time() < deadline:
+            time.sleep(0.1)
+        assert server.post("/abort_request", json={"rid": "c1"}).json() == {"aborted": 1}
+        assert chat.result(timeout=30).json()["choices"][0]["finish_reason"] == "abort"
+        assert server.post("/abort_request", json={"rid": "x2"}).json() == {"aborted": 1}
+        assert server.post("/abort_request", json={"rid": "x1"}).json() == {"aborted": 1}
+        assert [c["finish_reason"] for c in completions.result(timeout=30).json()["choices"]] == ["abort", "abort"]
     info = wait_idle(server)
     assert info["num_running_requests"] == 0 and info["kv_slots_used"] == info["kv_slots_cached"]
     # Unnamed requests get a rid of their own; bad bodies are refused.
