@@ -214,7 +214,8 @@ def test_abort_request_by_rid(server):
     wait_idle(server)
     long = {"max_new_tokens": 30000, "ignore_eos": True}
     with futures.ThreadPoolExecutor(4) as pool:
-        victim = pool.submit(server.post, "/generate", json={"text": "Stop me", "rid": "victim", "sampling_params": long})
+        victim = pool.submit(server.post, "/generate",
+                             json={"text": "Stop me", "rid": "victim", "sampling_params": long})
         batch = pool.submit(server.post, "/generate", json={"text": ["one", "two"], "rid": ["b1", "b2"],
                                                             "sampling_params": {**long, "n": 2}})
         streamed = pool.submit(server.post, "/generate", json={"text": "Streamed", "rid": "s1", "stream": True,
@@ -223,7 +224,8 @@ def test_abort_request_by_rid(server):
         while server.info()["num_running_requests"] < 1 + 4 + 1 and time.time() < deadline:
             time.sleep(0.1)
         # A rid in flight cannot be taken again.
-        dup = server.post("/generate", json={"text": "again", "rid": "victim", "sampling_params": {"max_new_tokens": 1}})
+        dup = server.post("/generate",
+                          json={"text": "again", "rid": "victim", "sampling_params": {"max_new_tokens": 1}})
         assert dup.status_code == 400 and "rid" in dup.json()["error"]["message"], dup.text
         assert server.post("/abort_request", json={"rid": "victim"}).json() == {"aborted": 1}
         out = victim.result(timeout=30).json()
@@ -252,7 +254,8 @@ def test_abort_request_by_rid(server):
     info = wait_idle(server)
     assert info["num_running_requests"] == 0 and info["kv_slots_used"] == info["kv_slots_cached"]
     # Unnamed requests get a rid of their own; bad bodies are refused.
-    rid = server.post("/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 1}}).json()["meta_info"]["id"]
+    one = server.post("/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 1}}).json()
+    rid = one["meta_info"]["id"]
     assert len(rid) == 32 and int(rid, 16) >= 0
     for body in [{}, {"rid": 5}, {"rid": ""}, {"rid": "a", "abort_all": True}, {"abort_all": "yes"}, {"other": 1}]:
         r = server.post("/abort_request", json=body)
