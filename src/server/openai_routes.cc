@@ -128,7 +128,8 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
     throw ApiError(400, std::string("the chat template rejected the messages: ") + e.what(), "messages");
   }
   RegisteredRids registered(ctx.rids);
-  auto streams = submit_named(ctx, {prompt_ids(ctx, Prompt(prompt))}, r.rids, r.params, r.n, registered);
+  std::vector<int32_t> ids = prompt_ids(ctx, Prompt(prompt), /*add_special_tokens=*/false);  // BOS is in it
+  auto streams = submit_named(ctx, {ids}, r.rids, r.params, r.n, registered);
   std::string id = new_id("chatcmpl", ctx);
   int64_t created = now_seconds();
   bool want_logprobs = r.logprobs;

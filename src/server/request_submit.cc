@@ -5,11 +5,11 @@
 
 namespace mlaserve {
 
-std::vector<int32_t> prompt_ids(ServerContext& ctx, const Prompt& prompt) {
+std::vector<int32_t> prompt_ids(ServerContext& ctx, const Prompt& prompt, bool add_special_tokens) {
   std::vector<int32_t> ids;
   if (auto* text = std::get_if<std::string>(&prompt)) {
     try {
-      ids = ctx.tokenizer->encode(*text, true);  // with BOS, as SGLang encodes text prompts
+      ids = ctx.tokenizer->encode(*text, add_special_tokens);
     } catch (const Error& e) {
       throw ApiError(400, std::string("the prompt cannot be tokenized: ") + e.what(), "prompt");
     }

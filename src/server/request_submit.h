@@ -11,9 +11,10 @@
 
 namespace mlaserve {
 
-// Prompt ids (text encoded without special tokens, as the API passes text through), checked
-// against the context; max_new_tokens is clipped to what the context leaves.
-std::vector<int32_t> prompt_ids(ServerContext& ctx, const Prompt& prompt);
+// Prompt ids, checked against the context. Text is encoded with the tokenizer's special tokens
+// (BOS) as SGLang encodes prompts, except a rendered chat template, which holds its own (as HF's
+// apply_chat_template(tokenize=True)): `add_special_tokens` false.
+std::vector<int32_t> prompt_ids(ServerContext& ctx, const Prompt& prompt, bool add_special_tokens = true);
 
 // Submits `n` samples of one prompt (seed + i when a seed is given) and returns their streams.
 std::vector<std::unique_ptr<TextStream>> submit(ServerContext& ctx, const std::vector<int32_t>& ids,

@@ -36,6 +36,21 @@ def test_chat_completion(client):
     assert r.usage.completion_tokens == 5
 
 
+def test_chat_prompt_is_the_rendered_template_once(client, server):
+    """The chat template writes BOS itself: the prompt is its rendering tokenized without adding
+    special tokens again (as HF's apply_chat_template(tokenize=True) and SGLang)."""
+    import json
+    import subprocess
+    from conftest import BINARY, TOKENIZER
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
+    rendered = subprocess.run([BINARY, "chat-template", "--tokenizer", TOKENIZER, "--add-generation-prompt"],
+                              input=json.dumps(messages), capture_output=True, text=True, check=True).stdout
+    ids = server.post("/tokenize", json={"prompt": rendered, "add_special_tokens": False}).json()["tokens"]
+    assert ids[0] == 0 and ids[1] != 0  # one BOS, from the template
+    r = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=1, temperature=0)
+    assert r.usage.prompt_tokens == len(ids)
+
+
 def test_streaming_equals_non_streaming(client):
     kwargs = dict(model=MODEL, prompt="Once upon a time", max_tokens=12, temperature=0)
     full = client.completions.create(**kwargs).choices[0].text
