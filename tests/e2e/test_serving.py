@@ -213,6 +213,15 @@ def test_abort_request_by_rid(server):
     """/generate's rid names the request in meta_info, and /abort_request stops it (SGLang's API)."""
     wait_idle(server)
     long = {"max_new_tokens": 30000, "ignore_eos": True}
+
+    def abort(rid):  # once the request is in (its route registers it as it submits)
+        deadline = time.time() + 30
+        while True:
+            n = server.post("/abort_request", json={"rid": rid}).json()["aborted"]
+            if n or time.time() > deadline:
+                return n
+            time.sleep(0.05)
+
     with futures.ThreadPoolExecutor(4) as pool:
         victim = pool.submit(server.post, "/generate",
                              json={"text": "Stop me", "rid": "victim", "sampling_params": long})
@@ -223,11 +232,12 @@ def test_abort_request_by_rid(server):
         deadline = time.time() + 30
         while server.info()["num_running_requests"] < 1 + 4 + 1 and time.time() < deadline:
             time.sleep(0.1)
+        time.sleep(0.2)  # each route registers its rids right after the scheduler took the requests
         # A rid in flight cannot be taken again.
         dup = server.post("/generate",
                           json={"text": "again", "rid": "victim", "sampling_params": {"max_new_tokens": 1}})
         assert dup.status_code == 400 and "rid" in dup.json()["error"]["message"], dup.text
-        assert server.post("/abort_request", json={"rid": "victim"}).json() == {"aborted": 1}
+        assert abort("victim") == 1
         out = victim.result(timeout=30).json()
         assert out["meta_info"]["id"] == "victim" and out["meta_info"]["finish_reason"]["type"] == "abort"
         assert 0 < out["meta_info"]["completion_tokens"] < 30000
@@ -243,13 +253,9 @@ def test_abort_request_by_rid(server):
             "messages": [{"role": "user", "content": "Chat"}], "rid": "c1", "max_tokens": 30000, "ignore_eos": True})
         completions = pool.submit(server.post, "/v1/completions", json={
             "prompt": ["p1", "p2"], "rid": ["x1", "x2"], "max_tokens": 30000, "ignore_eos": True})
-        deadline = time.time() + 30
-        while server.info()["num_running_requests"] < 3 and time.time() < deadline:
-            time.sleep(0.1)
-        assert server.post("/abort_request", json={"rid": "c1"}).json() == {"aborted": 1}
+        assert abort("c1") == 1
         assert chat.result(timeout=30).json()["choices"][0]["finish_reason"] == "abort"
-        assert server.post("/abort_request", json={"rid": "x2"}).json() == {"aborted": 1}
-        assert server.post("/abort_request", json={"rid": "x1"}).json() == {"aborted": 1}
+        assert abort("x2") == 1 and abort("x1") == 1
         assert [c["finish_reason"] for c in completions.result(timeout=30).json()["choices"]] == ["abort", "abort"]
     info = wait_idle(server)
     assert info["num_running_requests"] == 0 and info["kv_slots_used"] == info["kv_slots_cached"]
