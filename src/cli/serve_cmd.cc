@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <csignal>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include <unistd.h>
@@ -23,6 +26,23 @@ namespace mlaserve::cli {
 #ifdef MLASERVE_WITH_SERVER
 namespace {
 
+// --chat-template FILE (as SGLang's), else the tokenizer's own template, if it has one.
+std::optional<ChatTemplate> load_chat_template(const std::string& file, const Tokenizer& tokenizer) {
+  if (file.empty()) {
+    auto source = tokenizer.config().chat_template();
+    return source ? std::optional<ChatTemplate>(std::in_place, *source) : std::nullopt;
+  }
+  std::ifstream in(file, std::ios::binary);
+  MLA_CHECK(in, "--chat-template {}: cannot open the file", file);
+  std::stringstream source;
+  source << in.rdbuf();
+  try {
+    return std::optional<ChatTemplate>(std::in_place, source.str());
+  } catch (const Error& e) {
+    throw Error(fmt::format("--chat-template {}: {}", file, e.what()));
+  }
+}
+
 void run_serve(ServerArgs args) {
   // Signals go to one waiting thread: block them before any thread (OpenMP's too) exists, so
   // every thread inherits the mask.
@@ -39,6 +59,8 @@ void run_serve(ServerArgs args) {
   MLA_CHECK(int64_t(tokenizer.vocab_size()) <= config.vocab_size,
             "the tokenizer in {} has {} ids but the model's vocabulary has {}: they do not belong together",
             tokenizer_dir, tokenizer.vocab_size(), config.vocab_size);
+  // Before the model loads, so that a template that cannot be read or parsed stops the start at once.
+  std::optional<ChatTemplate> chat_template = load_chat_template(args.chat_template, tokenizer);
 
   int64_t context = args.context_length > 0 ? args.context_length : config.max_position_embeddings;
   MLA_CHECK(context <= config.max_position_embeddings, "--context-length {} exceeds the model's {}", context,
@@ -86,7 +108,7 @@ void run_serve(ServerArgs args) {
   ctx.model = config;
   ctx.scheduler = &scheduler;
   ctx.tokenizer = &tokenizer;
-  if (auto tpl = tokenizer.config().chat_template()) ctx.chat_template.emplace(*tpl);
+  ctx.chat_template = std::move(chat_template);
   ctx.model_name = args.served_model_name.empty() ? args.model_path : args.served_model_name;
   ctx.context_length = context;
   spdlog::info("KV pool: {} tokens ({:.1f} MB), context {} tokens, radix cache {}, chunked prefill {}, overlap "

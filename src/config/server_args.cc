@@ -53,6 +53,7 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
   cmd.add_option("--port", a.port)->capture_default_str();
   cmd.add_option("--api-key", a.api_key, "Require 'Authorization: Bearer KEY'");
   cmd.add_option("--max-n", a.max_n, "Largest n a request may ask for")->capture_default_str();
+  cmd.add_option("--chat-template", a.chat_template, "Jinja chat template file to use instead of the tokenizer's");
   cmd.add_option("--reasoning-parser", a.reasoning_parser,
                  "deepseek-r1 | deepseek-v3: give chat answers' reasoning (before </think>) as reasoning_content "
                  "(deepseek-v3: when chat_template_kwargs has \"thinking\": true)");
@@ -117,7 +118,7 @@ nlohmann::json ServerArgs::to_json() const {
           {"disable_cuda_graph", disable_cuda_graph},
           {"cuda_graph_max_bs", cuda_graph_max_bs}, {"cuda_graph_bs", cuda_graph_bs}, {"host", host},
           {"port", port}, {"api_key_set", !api_key.empty()}, {"max_n", max_n},
-          {"reasoning_parser", reasoning_parser}};
+          {"chat_template", chat_template}, {"reasoning_parser", reasoning_parser}};
 }
 
 }  // namespace mlaserve

@@ -51,6 +51,27 @@ def test_chat_prompt_is_the_rendered_template_once(client, server):
     assert r.usage.prompt_tokens == len(ids)
 
 
+def test_chat_template_flag_replaces_the_tokenizers():
+    import json
+    import os
+    import subprocess
+    from conftest import BINARY, TOKENIZER, Server
+    template = os.path.join(os.path.dirname(__file__), "..", "fixtures", "chat_templates", "plain_roles.jinja")
+    messages = [{"role": "user", "content": "Hello there"}]
+    rendered = subprocess.run([BINARY, "chat-template", "--tokenizer", TOKENIZER, "--add-generation-prompt",
+                               "--template", template], input=json.dumps(messages), capture_output=True, text=True,
+                              check=True).stdout
+    assert rendered.endswith("user: Hello there\nassistant:")
+    s = Server("--max-total-tokens", "4096", "--chat-template", template)
+    try:
+        ids = s.post("/tokenize", json={"prompt": rendered, "add_special_tokens": False}).json()["tokens"]
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=300)
+        r = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=1, temperature=0)
+        assert r.usage.prompt_tokens == len(ids)
+    finally:
+        s.stop()
+
+
 def test_streaming_equals_non_streaming(client):
     kwargs = dict(model=MODEL, prompt="Once upon a time", max_tokens=12, temperature=0)
     full = client.completions.create(**kwargs).choices[0].text

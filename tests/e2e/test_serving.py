@@ -11,6 +11,7 @@ import requests
 
 from conftest import Server, wait_idle
 
+TEMPLATES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "chat_templates")
 PREFIX = "You are a helpful assistant. The following is a long shared system prompt that many requests reuse. " * 4
 
 
@@ -298,7 +299,10 @@ def test_fp8_weights_and_kv_cache_serve_and_bad_flags_are_refused():
                           (["--schedule-policy", "lpm", "--disable-radix-cache"], "radix cache"),
                           (["--enable-mixed-chunk", "--chunked-prefill-size", "-1"], "needs chunked prefill"),
                           (["--cuda-graph-max-bs", "8"], "need --device cuda"),
-                          (["--device", "cuda", "--disable-cuda-graph", "--cuda-graph-bs", "4"], "contradicts")]:
+                          (["--device", "cuda", "--disable-cuda-graph", "--cuda-graph-bs", "4"], "contradicts"),
+                          (["--reasoning-parser", "qwen3"], "expected deepseek-r1 or deepseek-v3"),
+                          (["--chat-template", "/nonexistent.jinja"], "/nonexistent.jinja: cannot open"),
+                          (["--chat-template", TEMPLATES + "/broken.jinja"], "broken.jinja: chat template")]:
         r = subprocess.run(base + flags, capture_output=True, text=True, timeout=120)
         assert r.returncode != 0 and reason in r.stdout + r.stderr, (flags, r.stdout[-500:], r.stderr[-500:])
 
