@@ -26,21 +26,14 @@ namespace mlaserve::cli {
 #ifdef MLASERVE_WITH_SERVER
 namespace {
 
-// --chat-template FILE (as SGLang's), else the tokenizer's own template, if it has one.
-std::optional<ChatTemplate> load_chat_template(const std::string& file, const Tokenizer& tokenizer) {
-  if (file.empty()) {
-    auto source = tokenizer.config().chat_template();
-    return source ? std::optional<ChatTemplate>(std::in_place, *source) : std::nullopt;
-  }
+// The chat template's source: --chat-template FILE (as SGLang's), else the tokenizer's own, if any.
+std::optional<std::string> chat_template_source(const std::string& file, const Tokenizer& tokenizer) {
+  if (file.empty()) return tokenizer.config().chat_template();
   std::ifstream in(file, std::ios::binary);
   MLA_CHECK(in, "--chat-template {}: cannot open the file", file);
   std::stringstream source;
   source << in.rdbuf();
-  try {
-    return std::optional<ChatTemplate>(std::in_place, source.str());
-  } catch (const Error& e) {
-    throw Error(fmt::format("--chat-template {}: {}", file, e.what()));
-  }
+  return source.str();
 }
 
 void run_serve(ServerArgs args) {
@@ -60,7 +53,15 @@ void run_serve(ServerArgs args) {
             "the tokenizer in {} has {} ids but the model's vocabulary has {}: they do not belong together",
             tokenizer_dir, tokenizer.vocab_size(), config.vocab_size);
   // Before the model loads, so that a template that cannot be read or parsed stops the start at once.
-  std::optional<ChatTemplate> chat_template = load_chat_template(args.chat_template, tokenizer);
+  std::optional<std::string> template_source = chat_template_source(args.chat_template, tokenizer);
+  std::optional<ChatTemplate> chat_template;
+  try {
+    if (template_source) chat_template.emplace(*template_source);
+  } catch (const Error& e) {
+    const std::string where =
+        args.chat_template.empty() ? tokenizer_dir + "'s chat template" : "--chat-template " + args.chat_template;
+    fail("{}: {}", where, e.what());
+  }
 
   int64_t context = args.context_length > 0 ? args.context_length : config.max_position_embeddings;
   MLA_CHECK(context <= config.max_position_embeddings, "--context-length {} exceeds the model's {}", context,
@@ -109,6 +110,7 @@ void run_serve(ServerArgs args) {
   ctx.scheduler = &scheduler;
   ctx.tokenizer = &tokenizer;
   ctx.chat_template = std::move(chat_template);
+  ctx.chat_template_takes_tools = template_source && template_source->find("tools") != std::string::npos;
   ctx.model_name = args.served_model_name.empty() ? args.model_path : args.served_model_name;
   ctx.context_length = context;
   spdlog::info("KV pool: {} tokens ({:.1f} MB), context {} tokens, radix cache {}, chunked prefill {}, overlap "

@@ -54,6 +54,8 @@ void register_server_args(CLI::App& cmd, ServerArgs& a) {
   cmd.add_option("--api-key", a.api_key, "Require 'Authorization: Bearer KEY'");
   cmd.add_option("--max-n", a.max_n, "Largest n a request may ask for")->capture_default_str();
   cmd.add_option("--chat-template", a.chat_template, "Jinja chat template file to use instead of the tokenizer's");
+  cmd.add_option("--tool-call-parser", a.tool_call_parser,
+                 "deepseekv3 | deepseekv31: read the tool calls of chat answers to requests that offer tools");
   cmd.add_option("--reasoning-parser", a.reasoning_parser,
                  "deepseek-r1 | deepseek-v3: give chat answers' reasoning (before </think>) as reasoning_content "
                  "(deepseek-v3: when chat_template_kwargs has \"thinking\": true)");
@@ -79,6 +81,8 @@ void ServerArgs::validate() const {
   MLA_CHECK(max_total_tokens >= 0, "--max-total-tokens must not be negative");
   MLA_CHECK(port > 0 && port < 65536, "--port {} is not a TCP port", port);
   MLA_CHECK(max_n >= 1, "--max-n must be at least 1");
+  MLA_CHECK(tool_call_parser.empty() || tool_call_parser == "deepseekv3" || tool_call_parser == "deepseekv31",
+            "--tool-call-parser '{}': expected deepseekv3 or deepseekv31", tool_call_parser);
   MLA_CHECK(reasoning_parser.empty() || reasoning_parser == "deepseek-r1" || reasoning_parser == "deepseek-v3",
             "--reasoning-parser '{}': expected deepseek-r1 or deepseek-v3", reasoning_parser);
   MLA_CHECK(context_length >= 0, "--context-length must not be negative");
@@ -118,7 +122,8 @@ nlohmann::json ServerArgs::to_json() const {
           {"disable_cuda_graph", disable_cuda_graph},
           {"cuda_graph_max_bs", cuda_graph_max_bs}, {"cuda_graph_bs", cuda_graph_bs}, {"host", host},
           {"port", port}, {"api_key_set", !api_key.empty()}, {"max_n", max_n},
-          {"chat_template", chat_template}, {"reasoning_parser", reasoning_parser}};
+          {"chat_template", chat_template}, {"tool_call_parser", tool_call_parser},
+          {"reasoning_parser", reasoning_parser}};
 }
 
 }  // namespace mlaserve

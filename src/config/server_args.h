@@ -51,6 +51,7 @@ struct ServerArgs {
   std::string api_key;
   int max_n = 16;  // largest `n` a request may ask for
   std::string chat_template;     // a Jinja file used instead of the tokenizer's chat template
+  std::string tool_call_parser;  // deepseekv3 | deepseekv31: tool_calls in the chat API
   std::string reasoning_parser;  // deepseek-r1 | deepseek-v3: reasoning_content apart in the chat API
   int64_t max_request_bytes = 64 << 20;
 

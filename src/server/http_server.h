@@ -31,6 +31,7 @@ struct ServerContext {
   Scheduler* scheduler = nullptr;
   const Tokenizer* tokenizer = nullptr;
   std::optional<ChatTemplate> chat_template;
+  bool chat_template_takes_tools = false;  // its source names "tools": a request's tools reach the prompt
   std::string model_name;
   int64_t context_length = 0;
   ServerMetrics metrics;

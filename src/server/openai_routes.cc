@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 #include "server/api_error.h"
-#include "server/reasoning_parser.h"
+#include "server/chat_output.h"
 #include "server/sse_stream.h"
 
 namespace mlaserve {
@@ -117,8 +117,17 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   ChatCompletionRequest r = parse_chat_request(parse_json_body(req.body), limits(ctx));
   check_model(ctx, r.model);
   if (!ctx.chat_template) throw ApiError(400, "this model's tokenizer has no chat template", "messages");
+  // Tools reach the template and the answer's calls are parsed only where the server can read them.
+  const bool tools = r.tools && r.tool_choice != "none";
+  if (tools && ctx.args.tool_call_parser.empty())
+    throw ApiError(400, "this server reads no tool calls: start it with --tool-call-parser deepseekv3", "tools");
+  if (tools && !ctx.chat_template_takes_tools)
+    throw ApiError(400, "this chat template does not render tools: start the server with --chat-template FILE "
+                        "whose template does", "tools");
   ChatRequest chat;
   chat.messages = r.messages;
+  // The tools as the client wrote them: templates print their schemas (tojson) in that key order.
+  if (tools) chat.tools = nlohmann::ordered_json::parse(req.body)["tools"];
   chat.add_generation_prompt = true;
   chat.extra = r.template_kwargs;
   std::string prompt;
@@ -133,27 +142,24 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   std::string id = new_id("chatcmpl", ctx);
   int64_t created = now_seconds();
   bool want_logprobs = r.logprobs;
-  // --reasoning-parser: the text before </think> goes to reasoning_content.
-  const bool split = !ctx.args.reasoning_parser.empty() && r.separate_reasoning;
   const bool thinking = r.template_kwargs.contains("thinking") && r.template_kwargs["thinking"] == true;
-  const bool in_reasoning = starts_in_reasoning(ctx.args.reasoning_parser, thinking);
+  ChatOutputMode mode;
+  mode.split_reasoning = !ctx.args.reasoning_parser.empty() && r.separate_reasoning;
+  mode.starts_in_reasoning = starts_in_reasoning(ctx.args.reasoning_parser, thinking);
+  mode.stream_reasoning = r.stream_reasoning;
+  mode.parse_tool_calls = tools;
   if (r.stream) {
-    const StreamedReasoning fresh(in_reasoning, r.stream_reasoning);
-    auto splits = std::make_shared<std::vector<StreamedReasoning>>(size_t(r.n), fresh);
-    auto chunk = [&ctx, id, created, want_logprobs, split, splits](size_t i, const TextStream&, const TextDelta& d,
-                                                                   bool first) {
-      json delta = json::object();
+    auto outputs = std::make_shared<std::vector<ChatOutput>>(size_t(r.n), ChatOutput(mode));
+    auto chunk = [&ctx, id, created, want_logprobs, outputs](size_t i, const TextStream&, const TextDelta& d,
+                                                             bool first) {
+      ChatOutput& out = (*outputs)[i];
+      json delta = out.next(d.text, d.finished, first);
       if (first) delta["role"] = "assistant";
-      if (split) {
-        ReasoningSplitter::Parts parts = (*splits)[i].next(d.text, d.finished);
-        if (!parts.reasoning.empty()) delta["reasoning_content"] = parts.reasoning;
-        if (!parts.content.empty() || first) delta["content"] = parts.content;
-      } else if (!d.text.empty() || first) {
-        delta["content"] = d.text;
-      }
+      json finish = nullptr;
+      if (d.finished) finish = out.called() && d.finish == FinishReason::Stop ? "tool_calls" : finish_reason_of(d);
       json c = {{"index", i}, {"delta", delta},
                 {"logprobs", want_logprobs ? chat_logprobs(ctx, d.logprobs) : json(nullptr)},
-                {"finish_reason", d.finished ? json(finish_reason_of(d)) : json(nullptr)}};
+                {"finish_reason", finish}};
       return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", ctx.model_name},
                   {"choices", {c}}};
     };
@@ -170,15 +176,13 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   std::vector<StreamResult> results = wait_all(ctx, streams, ClientConnection(req));
   json choices = json::array();
   for (size_t i = 0; i < streams.size(); ++i) {
-    json message = {{"role", "assistant"}, {"content", streams[i]->text()}};
-    if (split) {
-      ReasoningSplitter::Parts parts = split_reasoning(streams[i]->text(), in_reasoning);
-      message["content"] = parts.content;
-      message["reasoning_content"] = parts.reasoning.empty() ? json(nullptr) : json(parts.reasoning);
-    }
+    ChatOutput out(mode);
+    json message = out.message(streams[i]->text());
+    const char* finish = finish_reason_of(results[i].last);
+    if (out.called() && results[i].last.finish == FinishReason::Stop) finish = "tool_calls";
     choices.push_back({{"index", i}, {"message", message},
                        {"logprobs", want_logprobs ? chat_logprobs(ctx, results[i].logprobs) : json(nullptr)},
-                       {"finish_reason", finish_reason_of(results[i].last)}});
+                       {"finish_reason", finish}});
   }
   res.set_content(dump({{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", ctx.model_name},
                         {"choices", choices}, {"usage", usage_of(streams, r.n)}}),

@@ -3,19 +3,13 @@
 #include <algorithm>
 #include <utility>
 
+#include "server/text_markers.h"
+
 namespace mlaserve {
 
 namespace {
 
 constexpr std::string_view kOpen = "<think>", kClose = "</think>";
-
-// Length of the longest suffix of `s` that is a proper prefix of `tag` (text that may still
-// become the tag once more arrives).
-size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
-  for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n)
-    if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
-  return 0;
-}
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -71,7 +65,7 @@ void ReasoningSplitter::take(Parts& out, bool final) {
           state_ = State::AnswerStart;
           break;
         }
-        size_t keep = final ? 0 : partial_tag_suffix(held_, kClose);
+        size_t keep = final ? 0 : partial_marker_suffix(held_, kClose);
         out.reasoning += held_.substr(0, held_.size() - keep);
         held_.erase(0, held_.size() - keep);
         return;

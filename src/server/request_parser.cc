@@ -254,8 +254,22 @@ ChatCompletionRequest parse_chat_request(const json& j, const ParseLimits& lim) 
   }
   if (has(j, "logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
     bad("logit_bias", "'logit_bias' is not supported");
-  reject_unsupported(j, "tools", "tool calls are not parsed yet");
-  if (has(j, "tool_choice") && j["tool_choice"] != "none") bad("tool_choice", "'tool_choice' is not supported");
+  if (has(j, "tools")) {
+    const json& tools = j["tools"];
+    if (!tools.is_array()) bad("tools", "'tools' must be a list");
+    for (const json& t : tools)
+      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+          !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
+        bad("tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    r.tools = !tools.empty();
+  }
+  if (has(j, "tool_choice")) {
+    const json& choice = j["tool_choice"];
+    if (choice != "none" && choice != "auto")
+      bad("tool_choice", "'tool_choice' must be \"auto\" or \"none\": a forced call needs constrained decoding, "
+                         "which this server does not do");
+    r.tool_choice = choice.get<std::string>();
+  }
   if (has(j, "response_format") && j["response_format"] != json{{"type", "text"}})
     bad("response_format", "only {\"type\": \"text\"} is supported");
   if (has(j, "chat_template_kwargs")) {

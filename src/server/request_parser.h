@@ -50,6 +50,8 @@ struct ChatCompletionRequest {
   // it comes (else given at once when it ends).
   bool separate_reasoning = true, stream_reasoning = true;
   std::vector<std::string> rids;  // the one prompt's, when the client named it
+  bool tools = false;             // the request offers tools (checked; the route reads them in order)
+  std::string tool_choice = "auto";  // auto | none
 };
 
 struct GenerateRequest {

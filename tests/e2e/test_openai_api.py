@@ -72,6 +72,54 @@ def test_chat_template_flag_replaces_the_tokenizers():
         s.stop()
 
 
+def test_tools_reach_a_template_that_renders_them(client):
+    """Tools need --tool-call-parser and a template that renders them; the calls' parsing is in
+    tests/unit/tool_call_parser_test.cc (the dummy model writes none)."""
+    import json
+    import os
+    import subprocess
+    from conftest import BINARY, TOKENIZER, Server
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                               "parameters": {"type": "object",
+                                                              "properties": {"city": {"type": "string"}}}}}]
+    messages = [{"role": "user", "content": "Weather in Oslo?"}]
+    kwargs = dict(model=MODEL, messages=messages, max_tokens=2, temperature=0)
+    with pytest.raises(openai.BadRequestError, match="--tool-call-parser"):
+        client.chat.completions.create(**kwargs, tools=tools)
+    assert client.chat.completions.create(**kwargs, tools=tools, tool_choice="none").choices[0].message.content
+    templates = os.path.join(os.path.dirname(__file__), "..", "fixtures", "chat_templates")
+    s = Server("--max-total-tokens", "4096", "--tool-call-parser", "deepseekv3")
+    try:  # DeepSeek-V3's own template has no place for tools
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=300)
+        with pytest.raises(openai.BadRequestError, match="--chat-template"):
+            c.chat.completions.create(**kwargs, tools=tools)
+    finally:
+        s.stop()
+    template = os.path.join(templates, "tools_list.jinja")
+    s = Server("--max-total-tokens", "4096", "--tool-call-parser", "deepseekv3", "--chat-template", template)
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=300)
+        def prompt_tokens(payload):
+            rendered = subprocess.run([BINARY, "chat-template", "--tokenizer", TOKENIZER, "--add-generation-prompt",
+                                       "--template", template], input=json.dumps(payload), capture_output=True,
+                                      text=True, check=True).stdout
+            return len(s.post("/tokenize", json={"prompt": rendered, "add_special_tokens": False}).json()["tokens"])
+        with_tools = c.chat.completions.create(**kwargs, tools=tools)
+        assert with_tools.usage.prompt_tokens == prompt_tokens({"messages": messages, "tools": tools})
+        assert with_tools.choices[0].finish_reason == "length" and not with_tools.choices[0].message.tool_calls
+        without = c.chat.completions.create(**kwargs, tools=tools, tool_choice="none")
+        assert without.usage.prompt_tokens == prompt_tokens(messages) < with_tools.usage.prompt_tokens
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in
+                           c.chat.completions.create(**kwargs, tools=tools, stream=True))
+        assert streamed == with_tools.choices[0].message.content
+        for bad in [{"tool_choice": "required"}, {"tool_choice": {"type": "function", "function": {"name": "x"}}},
+                    {"tools": [{"type": "function"}]}, {"tools": "all"}]:
+            r = s.post("/v1/chat/completions", json={"messages": messages, "tools": tools, **bad})
+            assert r.status_code == 400 and r.json()["error"]["param"] in ("tools", "tool_choice"), (bad, r.text)
+    finally:
+        s.stop()
+
+
 def test_streaming_equals_non_streaming(client):
     kwargs = dict(model=MODEL, prompt="Once upon a time", max_tokens=12, temperature=0)
     full = client.completions.create(**kwargs).choices[0].text

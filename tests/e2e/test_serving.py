@@ -301,6 +301,7 @@ def test_fp8_weights_and_kv_cache_serve_and_bad_flags_are_refused():
                           (["--cuda-graph-max-bs", "8"], "need --device cuda"),
                           (["--device", "cuda", "--disable-cuda-graph", "--cuda-graph-bs", "4"], "contradicts"),
                           (["--reasoning-parser", "qwen3"], "expected deepseek-r1 or deepseek-v3"),
+                          (["--tool-call-parser", "hermes"], "expected deepseekv3 or deepseekv31"),
                           (["--chat-template", "/nonexistent.jinja"], "/nonexistent.jinja: cannot open"),
                           (["--chat-template", TEMPLATES + "/broken.jinja"], "broken.jinja: chat template")]:
         r = subprocess.run(base + flags, capture_output=True, text=True, timeout=120)
