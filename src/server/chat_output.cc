@@ -29,12 +29,7 @@ json ChatOutput::next(std::string_view text, bool finished, bool first) {
     parts.content = std::string(text);
   if (!parts.reasoning.empty()) delta["reasoning_content"] = parts.reasoning;
   if (mode_.parse_tool_calls) {
-    ToolCallParser::Parts found = tools_.feed(parts.content);
-    if (finished) {
-      ToolCallParser::Parts rest = tools_.finish();
-      found.content += rest.content;
-      for (ToolCall& c : rest.calls) found.calls.push_back(std::move(c));
-    }
+    ToolCallParser::Parts found = tools_.feed(parts.content, finished);
     parts.content = std::move(found.content);
     for (const ToolCall& c : found.calls) delta["tool_calls"].push_back(call_json(c));
   }

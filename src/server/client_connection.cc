@@ -36,24 +36,26 @@ bool is_connection_of(int fd, const httplib::Request& req) {
          peer_host == req.remote_addr;
 }
 
-}  // namespace
-
-ClientConnection::ClientConnection(const httplib::Request& req) {
-  if (req.remote_port <= 0 || req.local_port <= 0) return;
+int socket_of(const httplib::Request& req) {
+  if (req.remote_port <= 0 || req.local_port <= 0) return -1;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
     char* end = nullptr;
     const std::string name = entry.path().filename().string();
     const long fd = std::strtol(name.c_str(), &end, 10);
     if (end == name.c_str() || *end != '\0') continue;
-    if (is_connection_of(int(fd), req)) {
-      fd_ = int(fd);
-      return;
-    }
+    if (is_connection_of(int(fd), req)) return int(fd);
   }
+  return -1;
 }
 
+}  // namespace
+
 bool ClientConnection::closed() const {
+  if (!searched_) {
+    fd_ = socket_of(req_);
+    searched_ = true;
+  }
   if (fd_ < 0) return false;
   pollfd p{fd_, POLLIN | POLLRDHUP, 0};
   if (poll(&p, 1, 0) <= 0) return false;

@@ -11,39 +11,26 @@ namespace {
 
 constexpr std::string_view kOpen = "<think>", kClose = "</think>";
 
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-
 }  // namespace
 
 ReasoningSplitter::ReasoningSplitter(bool starts_in_reasoning)
     : state_(starts_in_reasoning ? State::Reasoning : State::Start), reasoning_start_(starts_in_reasoning) {}
 
-ReasoningSplitter::Parts ReasoningSplitter::feed(std::string_view delta) {
+ReasoningSplitter::Parts ReasoningSplitter::feed(std::string_view delta, bool final) {
   held_ += delta;
   Parts out;
-  take(out, false);
-  return out;
-}
-
-ReasoningSplitter::Parts ReasoningSplitter::finish() {
-  Parts out;
-  take(out, true);
-  return out;
-}
-
-void ReasoningSplitter::take(Parts& out, bool final) {
   while (!held_.empty()) {
     switch (state_) {
       case State::Start: {  // does the output open with "<think>" (after blanks)?
         size_t first = 0;
-        while (first < held_.size() && is_space(held_[first])) ++first;
+        while (first < held_.size() && is_blank(held_[first])) ++first;
         std::string_view rest = std::string_view(held_).substr(first);
         if (rest.starts_with(kOpen)) {
           held_.erase(0, first + kOpen.size());
           state_ = State::Reasoning;
           reasoning_start_ = false;
         } else if (!final && kOpen.starts_with(rest)) {
-          return;  // blanks or a piece of "<think>" so far
+          return out;  // blanks or a piece of "<think>" so far
         } else {
           state_ = State::Answer;
         }
@@ -54,7 +41,7 @@ void ReasoningSplitter::take(Parts& out, bool final) {
           if (held_.starts_with(kOpen))
             held_.erase(0, kOpen.size());
           else if (!final && kOpen.starts_with(held_))
-            return;
+            return out;
           reasoning_start_ = false;
           break;
         }
@@ -68,31 +55,27 @@ void ReasoningSplitter::take(Parts& out, bool final) {
         size_t keep = final ? 0 : partial_marker_suffix(held_, kClose);
         out.reasoning += held_.substr(0, held_.size() - keep);
         held_.erase(0, held_.size() - keep);
-        return;
+        return out;
       }
       case State::AnswerStart: {  // the blank lines after "</think>" are layout, not answer
         size_t first = 0;
-        while (first < held_.size() && is_space(held_[first])) ++first;
+        while (first < held_.size() && is_blank(held_[first])) ++first;
         held_.erase(0, first);
-        if (held_.empty()) return;
+        if (held_.empty()) return out;
         state_ = State::Answer;
         break;
       }
       case State::Answer:
         out.content += held_;
         held_.clear();
-        return;
+        return out;
     }
   }
+  return out;
 }
 
 ReasoningSplitter::Parts StreamedReasoning::next(std::string_view delta, bool finished) {
-  ReasoningSplitter::Parts parts = splitter_.feed(delta);
-  if (finished) {
-    ReasoningSplitter::Parts rest = splitter_.finish();
-    parts.reasoning += rest.reasoning;
-    parts.content += rest.content;
-  }
+  ReasoningSplitter::Parts parts = splitter_.feed(delta, finished);
   if (!stream_reasoning_) {
     unsent_ += parts.reasoning;
     parts.reasoning.clear();
@@ -102,14 +85,8 @@ ReasoningSplitter::Parts StreamedReasoning::next(std::string_view delta, bool fi
 }
 
 ReasoningSplitter::Parts split_reasoning(std::string_view text, bool starts_in_reasoning) {
-  ReasoningSplitter splitter(starts_in_reasoning);
-  ReasoningSplitter::Parts all = splitter.feed(text), rest = splitter.finish();
-  all.reasoning += rest.reasoning;
-  all.content += rest.content;
-  size_t begin = 0, end = all.reasoning.size();
-  while (begin < end && is_space(all.reasoning[begin])) ++begin;
-  while (end > begin && is_space(all.reasoning[end - 1])) --end;
-  all.reasoning = all.reasoning.substr(begin, end - begin);
+  ReasoningSplitter::Parts all = ReasoningSplitter(starts_in_reasoning).feed(text, true);
+  all.reasoning = std::string(trim_blanks(all.reasoning));
   return all;
 }
 

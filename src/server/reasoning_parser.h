@@ -1,8 +1,8 @@
 // ReasoningSplitter: splits the output of a DeepSeek reasoning model into its reasoning (what it
 // writes before "</think>") and its answer, for --reasoning-parser (the chat API's
 // "reasoning_content", as SGLang's). It takes the text deltas of one stream in order. A delta that
-// ends in what may be the start of a tag is held back until the next one decides; finish() gives
-// out what is left.
+// ends in what may be the start of a tag is held back until the next one decides; the last delta
+// (`final`) gives out what is left.
 #pragma once
 
 #include <string>
@@ -20,12 +20,10 @@ class ReasoningSplitter {
   struct Parts {
     std::string reasoning, content;
   };
-  Parts feed(std::string_view delta);
-  Parts finish();
+  Parts feed(std::string_view delta, bool final);
 
  private:
   enum class State { Start, Reasoning, AnswerStart, Answer };
-  void take(Parts& out, bool final);
   std::string held_;
   State state_;
   bool reasoning_start_;  // nothing of the reasoning given out yet: a leading "<think>" is dropped

@@ -14,4 +14,14 @@ inline size_t partial_marker_suffix(std::string_view s, std::string_view marker)
   return 0;
 }
 
+inline bool is_blank(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+// `s` without the blanks (spaces, tabs, line breaks) at its two ends.
+inline std::string_view trim_blanks(std::string_view s) {
+  size_t begin = 0, end = s.size();
+  while (begin < end && is_blank(s[begin])) ++begin;
+  while (end > begin && is_blank(s[end - 1])) --end;
+  return s.substr(begin, end - begin);
+}
+
 }  // namespace mlaserve

@@ -1,7 +1,5 @@
 #include "server/tool_call_parser.h"
 
-#include <algorithm>
-
 #include "server/text_markers.h"
 
 namespace mlaserve {
@@ -12,22 +10,15 @@ constexpr std::string_view kCallsBegin = "<｜tool▁calls▁begin｜>", kCallsE
                            kCallBegin = "<｜tool▁call▁begin｜>", kCallEnd = "<｜tool▁call▁end｜>",
                            kSep = "<｜tool▁sep｜>";
 
-std::string_view trim(std::string_view s) {
-  const char* blank = " \t\r\n";
-  size_t b = s.find_first_not_of(blank);
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(blank) - b + 1);
-}
-
 // One call's body, between its begin and end markers; false when it is not a call.
 bool parse_call(std::string_view body, ToolCall& call) {
   size_t sep = body.find(kSep);
   if (sep == std::string_view::npos) return false;
-  std::string_view head = trim(body.substr(0, sep)), rest = body.substr(sep + kSep.size());
+  std::string_view head = trim_blanks(body.substr(0, sep)), rest = body.substr(sep + kSep.size());
   std::string_view name, args;
   size_t fence = rest.find("```");
   if (head == "function" && fence != std::string_view::npos) {  // V3: type, then name and fenced JSON
-    name = trim(rest.substr(0, fence));
+    name = trim_blanks(rest.substr(0, fence));
     args = rest.substr(fence + 3);
     if (args.starts_with("json")) args.remove_prefix(4);
     size_t close = args.rfind("```");
@@ -37,8 +28,8 @@ bool parse_call(std::string_view body, ToolCall& call) {
     name = head;
     args = rest;
   }
-  name = trim(name);
-  args = trim(args);
+  name = trim_blanks(name);
+  args = trim_blanks(args);
   if (name.empty() || name.find_first_of(" \n") != std::string_view::npos) return false;
   call.name = std::string(name);
   call.arguments = std::string(args);
@@ -47,20 +38,9 @@ bool parse_call(std::string_view body, ToolCall& call) {
 
 }  // namespace
 
-ToolCallParser::Parts ToolCallParser::feed(std::string_view delta) {
+ToolCallParser::Parts ToolCallParser::feed(std::string_view delta, bool final) {
   held_ += delta;
   Parts out;
-  take(out, false);
-  return out;
-}
-
-ToolCallParser::Parts ToolCallParser::finish() {
-  Parts out;
-  take(out, true);
-  return out;
-}
-
-void ToolCallParser::take(Parts& out, bool final) {
   while (!held_.empty()) {
     switch (state_) {
       case State::Text: {
@@ -74,13 +54,13 @@ void ToolCallParser::take(Parts& out, bool final) {
         size_t keep = final ? 0 : partial_marker_suffix(held_, kCallsBegin);
         out.content += held_.substr(0, held_.size() - keep);
         held_.erase(0, held_.size() - keep);
-        return;
+        return out;
       }
       case State::Calls: {
         size_t first = held_.find_first_not_of(" \t\r\n");
         if (first == std::string::npos) {
           if (final) held_.clear();
-          return;
+          return out;
         }
         std::string_view rest = std::string_view(held_).substr(first);
         if (rest.starts_with(kCallsEnd)) {  // whatever follows the calls is text again
@@ -91,7 +71,7 @@ void ToolCallParser::take(Parts& out, bool final) {
         if (rest.starts_with(kCallBegin)) {
           size_t end = rest.find(kCallEnd);
           if (end == std::string_view::npos) {
-            if (!final) return;  // the call is still being written
+            if (!final) return out;  // the call is still being written
             state_ = State::Raw;
             break;
           }
@@ -104,24 +84,21 @@ void ToolCallParser::take(Parts& out, bool final) {
           held_.erase(0, first + end + kCallEnd.size());
           break;
         }
-        if (!final && (kCallBegin.starts_with(rest) || kCallsEnd.starts_with(rest))) return;
+        if (!final && (kCallBegin.starts_with(rest) || kCallsEnd.starts_with(rest))) return out;
         state_ = State::Raw;
         break;
       }
       case State::Raw:  // not the format: the model's text as it wrote it
         out.content += held_;
         held_.clear();
-        return;
+        return out;
     }
   }
+  return out;
 }
 
 ToolCallParser::Parts parse_tool_calls(std::string_view text) {
-  ToolCallParser parser;
-  ToolCallParser::Parts all = parser.feed(text), rest = parser.finish();
-  all.content += rest.content;
-  for (ToolCall& c : rest.calls) all.calls.push_back(std::move(c));
-  return all;
+  return ToolCallParser().feed(text, true);
 }
 
 }  // namespace mlaserve

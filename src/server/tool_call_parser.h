@@ -3,8 +3,8 @@
 //   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>
 //   ...more calls...<｜tool▁calls▁end｜>
 // (V3.1 drops the type and the fence: <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>;
-// both are read). It takes one stream's text deltas in order and gives out the text before the
-// calls and each call once it is complete. Text after a call that does not follow the format is
+// both are read). It takes one stream's text deltas in order (the last one `final`) and gives out
+// the text before the calls and each call once it is complete. Text after a call that does not follow the format is
 // given out as text, unchanged.
 #pragma once
 
@@ -24,12 +24,10 @@ class ToolCallParser {
     std::string content;
     std::vector<ToolCall> calls;
   };
-  Parts feed(std::string_view delta);
-  Parts finish();
+  Parts feed(std::string_view delta, bool final);
 
  private:
   enum class State { Text, Calls, Raw };
-  void take(Parts& out, bool final);
   std::string held_;
   State state_ = State::Text;
 };

@@ -20,8 +20,8 @@ Parts split(const std::vector<std::string>& deltas, bool in_reasoning) {
     all.reasoning += p.reasoning;
     all.content += p.content;
   };
-  for (const std::string& d : deltas) add(s.feed(d));
-  add(s.finish());
+  for (const std::string& d : deltas) add(s.feed(d, false));
+  add(s.feed("", true));
   return all;
 }
 

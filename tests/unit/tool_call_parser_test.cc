@@ -27,8 +27,8 @@ Parts parse(const std::vector<std::string>& deltas) {
     all.content += part.content;
     for (auto& c : part.calls) all.calls.push_back(c);
   };
-  for (const std::string& d : deltas) add(p.feed(d));
-  add(p.finish());
+  for (const std::string& d : deltas) add(p.feed(d, false));
+  add(p.feed("", true));
   return all;
 }
 
