@@ -45,17 +45,9 @@ ReasoningSplitter::Parts ReasoningSplitter::feed(std::string_view delta, bool fi
           reasoning_start_ = false;
           break;
         }
-        size_t close = held_.find(kClose);
-        if (close != std::string::npos) {
-          out.reasoning += held_.substr(0, close);
-          held_.erase(0, close + kClose.size());
-          state_ = State::AnswerStart;
-          break;
-        }
-        size_t keep = final ? 0 : partial_marker_suffix(held_, kClose);
-        out.reasoning += held_.substr(0, held_.size() - keep);
-        held_.erase(0, held_.size() - keep);
-        return out;
+        if (!take_until_marker(held_, kClose, final, out.reasoning)) return out;
+        state_ = State::AnswerStart;
+        break;
       }
       case State::AnswerStart: {  // the blank lines after "</think>" are layout, not answer
         size_t first = 0;

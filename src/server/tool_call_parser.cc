@@ -44,17 +44,9 @@ ToolCallParser::Parts ToolCallParser::feed(std::string_view delta, bool final) {
   while (!held_.empty()) {
     switch (state_) {
       case State::Text: {
-        size_t begin = held_.find(kCallsBegin);
-        if (begin != std::string::npos) {
-          out.content += held_.substr(0, begin);
-          held_.erase(0, begin + kCallsBegin.size());
-          state_ = State::Calls;
-          break;
-        }
-        size_t keep = final ? 0 : partial_marker_suffix(held_, kCallsBegin);
-        out.content += held_.substr(0, held_.size() - keep);
-        held_.erase(0, held_.size() - keep);
-        return out;
+        if (!take_until_marker(held_, kCallsBegin, final, out.content)) return out;
+        state_ = State::Calls;
+        break;
       }
       case State::Calls: {
         size_t first = held_.find_first_not_of(" \t\r\n");
