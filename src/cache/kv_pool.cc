@@ -10,4 +10,9 @@ KvPool::KvPool(Backend& backend, int64_t num_layers, int64_t num_slots, int64_t 
   for (int64_t l = 0; l < num_layers; ++l) layers_.push_back(backend.empty(dtype, {num_slots, kv_dim}));
 }
 
+void KvPool::set_page_size(int64_t page_size) {
+  MLA_CHECK(page_size >= 1, "KV pool: page size {}", page_size);
+  page_size_ = page_size;
+}
+
 }  // namespace mlaserve

@@ -17,11 +17,15 @@ class KvPool {
   int64_t num_slots() const { return num_slots_; }
   int64_t kv_dim() const { return kv_dim_; }
   DType dtype() const { return dtype_; }
+  // Slots are handed out in pages of this many (AttentionMetadata::kv_page_size); set by whoever
+  // owns the allocator, before decode graphs are captured (they keep what they saw).
+  int64_t page_size() const { return page_size_; }
+  void set_page_size(int64_t page_size);
   uint64_t nbytes() const { return uint64_t(num_layers()) * uint64_t(num_slots_ * kv_dim_) * dtype_size(dtype_); }
 
  private:
   std::vector<Tensor> layers_;  // each [num_slots, kv_dim]
-  int64_t num_slots_, kv_dim_;
+  int64_t num_slots_, kv_dim_, page_size_ = 1;
   DType dtype_;
 };
 

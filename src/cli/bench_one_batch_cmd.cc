@@ -30,6 +30,7 @@ struct OneBatchArgs {
   std::vector<int> batch_sizes{1}, input_lens{256}, output_lens{16};
   std::string device = "cpu";
   std::string tuning_dir;
+  int page_size = 1;   // KV pages, as the server's --page-size: each seq's slots start on a page
   int num_layers = 0;  // > 0: cut the model to this many layers (for shapes too big to hold)
   bool disable_cuda_graph = false;
   bool disable_shared_experts_fusion = false;
@@ -97,11 +98,13 @@ void run(const OneBatchArgs& a) {
   int max_bs = *std::max_element(a.batch_sizes.begin(), a.batch_sizes.end());
   int max_len = *std::max_element(a.input_lens.begin(), a.input_lens.end()) +
                 *std::max_element(a.output_lens.begin(), a.output_lens.end());
+  max_len = (max_len + a.page_size - 1) / a.page_size * a.page_size;  // seq b's slots: b * max_len on
   DType kv_dtype = kv_cache_dtype_for(a.kv_cache_dtype, backend->activation_dtype());
   ModelRunner runner(std::move(backend), config, std::move(weights), int64_t(max_bs) * max_len, kv_dtype,
                      {.fuse_shared_experts = !a.disable_shared_experts_fusion, .fp8_bmm = a.enable_fp8_bmm});
   Backend& ops = runner.backend();
   // Like the server: decode batches replay CUDA graphs, captured here for the batch sizes timed.
+  runner.set_kv_page_size(a.page_size);
   if (ops.supports_graphs() && !a.disable_cuda_graph) runner.capture_decode_graphs(a.batch_sizes);
   std::printf("%-6s %-6s %-6s %12s %14s %14s %14s %10s %12s\n", "batch", "input", "output", "prefill s",
               "prefill tok/s", "decode ms", "decode tok/s", "total s", "weights GB");
@@ -153,7 +156,7 @@ void run(const OneBatchArgs& a) {
           nlohmann::json j = {{"model", a.load.model}, {"device", a.device},
                               {"cuda_graph", graph}, {"shared_experts_fusion", !a.disable_shared_experts_fusion},
                               {"fp8_bmm", a.enable_fp8_bmm},
-                              {"kv_cache_dtype", dtype_name(kv_dtype)}, {"quantization", a.load.quantization},
+                              {"kv_cache_dtype", dtype_name(kv_dtype)}, {"page_size", a.page_size}, {"quantization", a.load.quantization},
                               {"num_layers", config.num_hidden_layers},
                               {"batch_size", bs}, {"input_len", in_len}, {"output_len", out_len},
                               {"prefill_latency_s", prefill}, {"prefill_throughput", double(bs) * in_len / prefill},
@@ -188,6 +191,9 @@ void register_bench_one_batch(CLI::App& app) {
                 "up to 16 tokens (BF16 otherwise)");
   cmd->add_option("--quantization", a->load.quantization, "fp8: linear weights to FP8 128x128 blocks at load");
   cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype, "auto | fp8_e4m3")->capture_default_str();
+  cmd->add_option("--page-size", a->page_size, "Tokens per KV page, as serve's (64: MLA decode reads whole pages)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   cmd->add_option("--result-filename", a->result_file, "Append one JSON line per configuration");
   cmd->callback([a] { run(*a); });
 }

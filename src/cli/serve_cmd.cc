@@ -86,6 +86,7 @@ void run_serve(ServerArgs args) {
       std::move(backend), loaded.config, std::move(loaded.weights),
       [&](Backend& b) { return kv_pool_tokens(b, loaded.config, kv_dtype, pool); }, kv_dtype,
       {.fuse_shared_experts = !args.disable_shared_experts_fusion, .fp8_bmm = args.enable_fp8_bmm});
+  runner.set_kv_page_size(args.page_size);
   if (!graph_sizes.empty()) runner.capture_decode_graphs(graph_sizes);
   int64_t slots = runner.num_slots();
   context = std::min(context, slots);  // a request longer than the pool could never run

@@ -23,6 +23,9 @@ class ModelRunner {
               DeepseekModel::Options model_options = {});
   ~ModelRunner();
 
+  // Tells the pool how the caller hands out slots (KvPool::page_size); before capture_decode_graphs.
+  void set_kv_page_size(int64_t page_size) { kv_.set_page_size(page_size); }
+  int64_t kv_page_size() const { return kv_.page_size(); }
   // Captures decode graphs for these batch sizes (the backend must support graphs); decode
   // batches that fit one then replay it.
   void capture_decode_graphs(const std::vector<int>& batch_sizes);

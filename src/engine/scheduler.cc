@@ -49,6 +49,9 @@ Scheduler::Scheduler(SchedulerConfig config, ModelRunner& runner)
       worker_(runner, config_.overlap_schedule) {
   if (config_.radix_cache) cache_ = std::make_unique<RadixCache>(config_.page_size);
   MLA_CHECK(config_.context_length > 0, "scheduler: context length must be positive");
+  MLA_CHECK(config_.page_size % runner.kv_page_size() == 0,
+            "scheduler: pages of {} slots break the KV pool's promise of runs of {} (ModelRunner::set_kv_page_size)",
+            config_.page_size, runner.kv_page_size());
   publish_stats();
 }
 

@@ -36,6 +36,9 @@ struct AttentionMetadata {
   // so a backend may compute its attention plan once per batch and reuse it in every layer
   // (0: plan at every call).
   int64_t batch_id = 0;
+  // How the slots of a seq are laid out: keys [k P, (k + 1) P) of every seq sit in P consecutive
+  // slots (P = kv_page_size; 1 says nothing). A backend may then read a run of keys as one block.
+  int32_t kv_page_size = 1;
   // Query i of seq s (of n_s queries) sits at position seq_len - n_s + i and sees keys [0, pos].
 };
 

@@ -247,6 +247,7 @@ Tensor DeepseekModel::forward_on_backend(ForwardBatch batch, KvPool& kv) {
   Backend& ops = backend_;
   // Attention plans (split-KV schedules) are made by the first layer and reused by the others.
   batch.attn.batch_id = ++forward_count_;
+  batch.attn.kv_page_size = int32_t(kv.page_size());
   const ModelConfig& c = config_;
   int64_t T = batch.num_tokens(), H = c.hidden_size;
   MLA_CHECK(T > 0, "forward: empty batch");

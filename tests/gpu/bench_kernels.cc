@@ -198,7 +198,8 @@ void bench_mla_absorb(cuda::CudaBackend& gpu, const FlopRowFn& flop_row, const F
 using MemRowFn = std::function<void(const std::string&, const std::string&, double, double)>;
 
 // One query per seq over a paged cache: every token at a random slot (page 1, as SGLang's pool), or
-// random 64-token pages (FlashMLA's block size; contiguous within a page). Floors: the KV bytes
+// random 64-token pages (FlashMLA's block size; contiguous within a page, kv_page_size 64: the
+// kernels take tiles by TMA; " cp.async" rows force the per-thread copies there). Floors: the KV bytes
 // read (B * ctx * 576 * 2) over the copy bandwidth, and for 128 heads also 2 * B * H * ctx *
 // (576 + 512) FLOPs over the GEMM rate. "run" reuses the batch's plan (md.batch_id, as every layer
 // after the first does); "plan+run" plans at each call. Caches under 200 MB rotate among 4 slot sets.
@@ -209,8 +210,10 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
     int64_t H, B, ctx, page;
   };
   for (Case c : {Case{16, 64, 4096, 1}, Case{16, 64, 4096, 64}, Case{16, 128, 8192, 1}, Case{16, 128, 8192, 64},
-                 Case{128, 64, 4096, 1}, Case{128, 64, 4096, 64}, Case{128, 1, 32768, 1}, Case{16, 1, 32768, 1},
-                 Case{128, 128, 1024, 1}}) {
+                 Case{128, 64, 4096, 1}, Case{128, 64, 4096, 64}, Case{128, 1, 32768, 1}, Case{128, 1, 32768, 64},
+                 Case{16, 1, 32768, 1}, Case{16, 1, 32768, 64}, Case{128, 128, 1024, 1}, Case{128, 128, 1024, 64},
+                 Case{16, 32, 4096, 1}, Case{16, 32, 4096, 64}, Case{16, 128, 1024, 1}, Case{16, 128, 1024, 64},
+                 Case{16, 256, 2048, 1}, Case{16, 256, 2048, 64}, Case{16, 8, 2048, 64}}) {
     std::string shape = fmt::format("H={} B={} ctx={} pg={}", c.H, c.B, c.ctx, c.page);
     if (shape.find(g_shape_filter) == std::string::npos) continue;
     int64_t tokens = c.B * c.ctx, kv_bytes = tokens * 576 * 2;
@@ -225,6 +228,7 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
     std::vector<AttentionMetadata> mds;
     AttentionMetadata md{int32_t(c.B), gpu.to_device(Tensor::from_i32(lens)), gpu.to_device(Tensor::from_i32(qs)),
                          gpu.to_device(Tensor::from_i32(ks)), Tensor(), int32_t(c.ctx)};
+    md.kv_page_size = int32_t(c.page);
     for (int set = 0; set < n_sets; ++set) {
       int64_t pages = tokens / c.page;
       std::vector<int32_t> perm(static_cast<size_t>(pages)), slots(static_cast<size_t>(tokens));
@@ -239,24 +243,28 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
     float scale = 1.0f / std::sqrt(192.0f);
     double flops = 2.0 * c.B * c.H * c.ctx * (576 + 512);
     // Variants beside the default kernel choice: 64-row jobs on the 2-stage wgmma kernel and on the
-    // mma.sync kernel (H = 128), and a 16-head batch as 64-row jobs on the paired wgmma kernel (3/4
-    // of the rows padding).
+    // mma.sync kernel (H = 128), and a 16-head batch as 16-row jobs and as 64-row jobs on the paired
+    // wgmma kernel (3/4 of the rows padding; the default from 128 seqs on).
     struct Variant {
       const char* tag;
       int m_tiles;
-      bool mma_sync, two_stage;
+      bool mma_sync, two_stage, cp_async;
     };
-    std::vector<Variant> variants{{"", 0, false, false}};
+    std::vector<Variant> variants{{"", 0, false, false, false}};
+    if (c.page == 64) variants.push_back({" cp.async", 0, false, false, true});
     if (c.H >= 128) {
-      variants.push_back({" 2-stage", 0, false, true});
-      variants.push_back({" mma.sync", 0, true, false});
+      variants.push_back({" 2-stage", 0, false, true, false});
+      variants.push_back({" mma.sync", 0, true, false, false});
     } else {
-      variants.push_back({" 64-row pairs", 4, false, false});
+      variants.push_back({" 16-row", 1, false, false, false});
+      variants.push_back({" 64-row pairs", 4, false, false, false});
+      if (c.page == 64) variants.push_back({" 64-row pairs cp.async", 4, false, false, true});
     }
     cuda::MlaDecodePlan& plan = gpu.mla_decode_plan();
     for (size_t vi = 0; vi < variants.size(); ++vi) {
       const Variant& v = variants[vi];
       plan.force_m_tiles = v.m_tiles, plan.force_mma_sync = v.mma_sync, plan.force_two_stage = v.two_stage;
+      plan.force_cp_async = v.cp_async;
       for (int64_t batch_id : {1, 0}) {
         for (auto& m : mds) m.batch_id = batch_id ? batch_id + int64_t(vi) * 1000 : 0;  // 0: plan every call
         double ms = time_ms([&](int i) { gpu.mla_decode(q, cache, 1.0f, mds[i % n_sets], scale, out); }, 100, 10);
@@ -267,7 +275,7 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
           mem_row(name, shape, ms, double(kv_bytes));
       }
     }
-    plan.force_m_tiles = 0, plan.force_mma_sync = false, plan.force_two_stage = false;
+    plan.force_m_tiles = 0, plan.force_mma_sync = false, plan.force_two_stage = false, plan.force_cp_async = false;
 
     // The FP8 cache: the BF16 one stored through kv_store (device-side), scaled into e4m3's range.
     const float kv_scale = 1.0f / 64;

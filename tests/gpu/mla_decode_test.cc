@@ -1,7 +1,8 @@
 // CUDA mla_decode (absorbed MLA over the paged latent cache) against the CPU reference, on fresh
 // random inputs: DeepSeek head counts (16 = V3 TP8 shard / V2-Lite, 128 = V3), one or several queries
 // per sequence, odd lengths, scattered cache slots, contexts long enough to be split across blocks,
-// both row tilings, plan reuse by batch_id and replay inside a CUDA graph with new lengths. The
+// both row tilings, caches in pages of 64 keys (read by the TMA; slots no seq owns hold NaN), plan
+// reuse by batch_id and replay inside a CUDA graph with new lengths. The
 // plan kernel alone against a host port of the serial plan, byte for byte, on large batches too.
 #include <algorithm>
 #include <cstring>
@@ -33,11 +34,14 @@ class MlaDecode : public GpuTest {
   bool mma_sync = false;   // 64-row jobs on the mma.sync kernel instead of warpgroup MMA
   bool two_stage = false;  // BF16 64-row jobs on the 2-stage wgmma kernel instead of the paired one
   float fp8_kv_scale = 0;  // > 0: an e4m3 cache holding latent / this scale
+  bool pages64 = false;    // seqs in random whole pages of 64 slots (kv_page_size 64), as --page-size 64
+  bool cp_async = false;   // no TMA even over pages of 64
 
   // Captures plan + run of a 3-seq batch in a graph and replays it with other lengths (below).
   void replay_with_new_lengths(int64_t H);
 
-  // Metadata of `b` with every token at a distinct random slot of a pool of `num_slots`.
+  // Metadata of `b` with every token at a distinct random slot of a pool of `num_slots` (pages64:
+  // each seq's keys 64 k.. at the start of a distinct random page of 64 slots).
   HostMd make_md(const Batch& b, int64_t num_slots, uint64_t s) {
     HostMd m;
     int n = int(b.seq_lens.size());
@@ -46,14 +50,24 @@ class MlaDecode : public GpuTest {
       qs[i + 1] = qs[i] + b.queries[i];
       ks[i + 1] = ks[i] + b.seq_lens[i];
     }
-    std::vector<int32_t> pool(static_cast<size_t>(num_slots));
-    std::iota(pool.begin(), pool.end(), 0);
-    std::shuffle(pool.begin(), pool.end(), std::mt19937_64(s));
-    pool.resize(size_t(ks[n]));
+    const int64_t page = pages64 ? 64 : 1;
+    std::vector<int32_t> pages(static_cast<size_t>(num_slots / page));
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), std::mt19937_64(s));
+    std::vector<int32_t> pool;
+    size_t next_page = 0;
+    for (int i = 0; i < n; ++i)
+      for (int32_t k = 0; k < b.seq_lens[i]; ++k) {
+        if (k % page == 0) {
+          EXPECT_LT(next_page, pages.size()) << "pool too small";
+        }
+        pool.push_back(int32_t(pages[k % page == 0 ? next_page++ : next_page - 1] * page + k % page));
+      }
     int32_t mx = *std::max_element(b.seq_lens.begin(), b.seq_lens.end());
     m.host = {n, Tensor::from_i32(b.seq_lens), Tensor::from_i32(qs), Tensor::from_i32(ks), Tensor::from_i32(pool), mx};
     m.dev = {n, gpu.to_device(m.host.seq_lens), gpu.to_device(m.host.query_start), gpu.to_device(m.host.kv_start),
              gpu.to_device(m.host.kv_indices), mx};
+    m.dev.kv_page_size = int32_t(page);
     m.T = qs[n];
     m.num_kv = ks[n];
     return m;
@@ -64,9 +78,10 @@ class MlaDecode : public GpuTest {
     gpu.mla_decode_plan().force_m_tiles = force_m_tiles;
     gpu.mla_decode_plan().force_mma_sync = mma_sync;
     gpu.mla_decode_plan().force_two_stage = two_stage;
+    gpu.mla_decode_plan().force_cp_async = cp_async;
     int64_t num_slots = 0;
-    for (int32_t l : b.seq_lens) num_slots += l;
-    num_slots = num_slots * 3 / 2 + 7;
+    for (int32_t l : b.seq_lens) num_slots += pages64 ? (l + 63) / 64 * 64 : l;
+    num_slots = pages64 ? (num_slots * 3 / 2 / 64 + 1) * 64 : num_slots * 3 / 2 + 7;
     HostMd m = make_md(b, num_slots, seed + 11);
     m.dev.batch_id = batch_id;
     Tensor q = random_f32({m.T, H, 576}, seed + 1), cache = random_f32({num_slots, 576}, seed + 2);
@@ -75,6 +90,13 @@ class MlaDecode : public GpuTest {
     const bool fp8 = fp8_kv_scale > 0;
     const float kv_scale = fp8 ? fp8_kv_scale : 1.0f;
     Tensor stored = to_dtype(cache, DType::BF16);
+    if (!fp8) {  // slots no seq owns (in pages64: the rest of each seq's last page) hold NaN
+      std::vector<bool> owned(size_t(num_slots), false);
+      for (int64_t i = 0; i < m.num_kv; ++i) owned[size_t(m.host.kv_indices.data<int32_t>()[i])] = true;
+      uint16_t* bits = static_cast<uint16_t*>(stored.raw());
+      for (int64_t r = 0; r < num_slots; ++r)
+        if (!owned[size_t(r)]) std::fill(bits + r * 576, bits + (r + 1) * 576, uint16_t(0x7fc0));
+    }
     if (fp8) {
       Tensor spread = Tensor::empty(DType::F32, cache.shape());
       for (int64_t i = 0; i < cache.numel(); ++i) spread.data<float>()[i] = cache.data<float>()[i] / kv_scale;
@@ -92,9 +114,10 @@ class MlaDecode : public GpuTest {
       gpu.mla_decode(qd, cd, kv_scale, m.dev, scale, out2);
       err = std::max(err, rel_l2(gpu.to_host(out2), want));
     }
-    std::printf("  mla_decode H=%lld seqs=%zu T=%lld m_tiles=%d%s%s%s: rel_l2 %.2e\n", (long long)H,
+    std::printf("  mla_decode H=%lld seqs=%zu T=%lld m_tiles=%d%s%s%s%s%s: rel_l2 %.2e\n", (long long)H,
                 b.seq_lens.size(), (long long)m.T, force_m_tiles, mma_sync ? " mma.sync" : "",
-                two_stage ? " 2-stage" : "", fp8 ? " fp8" : "", err);
+                two_stage ? " 2-stage" : "", fp8 ? " fp8" : "", pages64 ? " pages64" : "", cp_async ? " cp.async" : "",
+                err);
     ++seed;
     return err;
   }
@@ -185,6 +208,32 @@ TEST_F(MlaDecode, Fp8CacheOnEveryKernel) {
   EXPECT_THROW(gpu.mla_decode(q, c8, 0.0f, m.dev, 0.1f, out), Error);
   EXPECT_THROW(gpu.mla_decode(q, c8, NAN, m.dev, 0.1f, out), Error);
   EXPECT_THROW(gpu.mla_decode(q, gpu.empty(DType::BF16, {8, 576}), 2.0f, m.dev, 0.1f, out), Error);
+}
+
+TEST_F(MlaDecode, PagesOf64TakeTheTma) {
+  // kv_page_size 64: each tile is one page, brought in by the TMA (16-row jobs and 64-row pairs);
+  // the rest of a seq's last page holds NaN, which must not reach the output. The same batches
+  // without the TMA (cp.async over the same pages), and an FP8 cache (never the TMA), agree.
+  pages64 = true;
+  std::vector<int32_t> lens, queries;
+  for (int i = 0; i < 300; ++i) lens.push_back(1 + (i * 37) % 190), queries.push_back(1);
+  for (bool no_tma : {false, true}) {
+    cp_async = no_tma;
+    for (int64_t H : {16, 128}) {
+      EXPECT_LE(check({{1, 63, 64, 65, 200, 1031, 7, 129}, {1, 1, 1, 1, 1, 1, 1, 1}}, H), kTol) << H << no_tma;
+      EXPECT_LE(check({{5, 70, 300, 2049, 3}, {3, 2, 4, 1, 3}}, H), kTol) << H << no_tma;
+      EXPECT_LE(check({{12345, 77}, {1, 1}}, H), kTol) << H << no_tma;
+      EXPECT_LE(check({lens, queries}, H), kTol) << H << no_tma;
+    }
+    EXPECT_LE(check({{64 * 133 + 5, 64 * 7, 1}, {1, 1, 1}}, 128), kTol) << no_tma;
+    EXPECT_LE(check({{33, 64 * 9 + 1, 700}, {33, 2, 5}}, 16, 4), kTol) << no_tma;
+    EXPECT_LE(check({{97}, {97}}, 16, 1), kTol) << no_tma;
+  }
+  cp_async = false;
+  for (const int64_t H : {16, 128}) replay_with_new_lengths(H);  // a captured TMA kernel, new pages
+  fp8_kv_scale = 0.5f;
+  EXPECT_LE(check({{1, 63, 64, 65, 200, 1031, 7, 129}, {1, 1, 1, 1, 1, 1, 1, 1}}, 16), kTol);
+  EXPECT_LE(check({{5, 70, 300, 2049, 3}, {3, 2, 4, 1, 3}}, 128), kTol);
 }
 
 TEST_F(MlaDecode, PlanReusedByBatchId) {

@@ -14,10 +14,12 @@ namespace mlaserve {
 namespace {
 
 std::map<int, std::vector<int32_t>> serve_greedy(SchedulerConfig cfg, const std::vector<std::vector<int32_t>>& prompts,
-                                                 int max_new, const std::vector<int>& graph_sizes = {}) {
+                                                 int max_new, const std::vector<int>& graph_sizes = {},
+                                                 int64_t kv_page_size = 1) {
   LoadedModel m = load_model({.model = std::string(MLASERVE_SOURCE_DIR) + "/tests/fixtures/models/v3_mla_dims"});
   cfg.context_length = 4096;
-  ModelRunner runner(make_backend("cuda"), m.config, std::move(m.weights), 4096, DType::BF16);
+  ModelRunner runner(make_backend("cuda"), m.config, std::move(m.weights), 16384, DType::BF16);
+  runner.set_kv_page_size(kv_page_size);
   if (!graph_sizes.empty()) {
     runner.capture_decode_graphs(graph_sizes);
     EXPECT_EQ(runner.decode_graph_sizes(), graph_sizes);
@@ -106,6 +108,18 @@ TEST(SchedulerOnCuda, RadixCacheAndChunkingAgreeWithThePlainSchedule) {
   // in a sequence flips its continuation (0.90 was measured on an H200); the CPU reference tests
   // show the schedules identical in fp32.
   EXPECT_GE(agreement(serve_greedy(plain, prompts(), 24), serve_greedy(cached, prompts(), 24)), 0.8);
+}
+
+TEST(SchedulerOnCuda, PagesOf64ReadByTheTmaGiveTheSameTokens) {
+  // --page-size 64 tells the pool its pages (set_kv_page_size), and MLA decode then takes its key
+  // tiles by TMA: the same kernels' math as per-thread copies, so the same tokens, in graphs too.
+  SchedulerConfig cfg;
+  cfg.page_size = 64;
+  std::vector<int> sizes(16);
+  std::iota(sizes.begin(), sizes.end(), 1);
+  for (const std::vector<int>& graphs : {std::vector<int>{}, sizes})
+    EXPECT_EQ(serve_greedy(cfg, prompts(), 24, graphs, 1), serve_greedy(cfg, prompts(), 24, graphs, 64))
+        << graphs.size() << " graphs";
 }
 
 }  // namespace

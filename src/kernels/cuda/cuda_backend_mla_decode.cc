@@ -4,6 +4,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/mla_decode.h"
 #include "kernels/cuda/tensor_checks.h"
+#include "kernels/cuda/tensor_map.h"
 
 namespace mlaserve::cuda {
 
@@ -19,8 +20,14 @@ void check_i32_dev(const Tensor& t, int64_t n, const char* what) {
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // Rows a job takes: 64 when a sequence brings that many (128 heads, or several queries), so its
-// cache rows are read once for all of them; 16 for one query of a TP shard's 16 heads.
-int pick_m_tiles(int64_t T, int64_t num_seqs, int64_t H) { return T * H > 16 * num_seqs ? 4 : 1; }
+// cache rows are read once for all of them; 16 for one query of a TP shard's 16 heads, unless the
+// batch has 128 seqs or more over a BF16 cache: 64-row jobs (3/4 of the rows padding) then stream
+// the cache faster on the paired kernel's pipeline (docs/benchmarks.md, fifteenth session: B 128-256
+// at 2048-8192 keys 5-19% faster, B 128 at 1024 keys 3-6% slower; FP8 caches 16% slower). The
+// choice sees shapes only, so CUDA graphs can replay it.
+int pick_m_tiles(int64_t T, int64_t num_seqs, int64_t H, bool fp8) {
+  return T * H > 16 * num_seqs || (!fp8 && H == 16 && num_seqs >= 128) ? 4 : 1;
+}
 
 }  // namespace
 
@@ -46,7 +53,7 @@ void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, 
   if (batch_id != 0 && batch_id == batch_id_ && T == tokens_ && S == seqs_ && H == heads_ &&
       p.seq_lens == seq_lens_ && p.query_start == query_start_)
     return;
-  int mt = force_m_tiles ? force_m_tiles : pick_m_tiles(T, S, H);
+  int mt = force_m_tiles ? force_m_tiles : pick_m_tiles(T, S, H, p.cache_fp8);
   int64_t rows = 16 * mt;
   // A seq of n queries has ceil(n * H / rows) jobs: at most T * H / rows + S over the batch. A job
   // cut between CTAs leaves one partial per CTA it touches: at most jobs + CTAs - 1.
@@ -69,6 +76,16 @@ void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, 
 
 void MlaDecodePlan::run(const MlaDecodeParams& p, cudaStream_t stream) const {
   launch_mla_decode_run(p, sched_, stream);
+}
+
+const CUtensorMap& MlaDecodePlan::cache_map(const void* cache, int64_t num_slots) {
+  auto it = cache_maps_.find(cache);
+  if (it == cache_maps_.end() || it->second.first != num_slots)
+    it = cache_maps_
+             .insert_or_assign(cache, std::pair{num_slots, bf16_tensor_map_sw128(cache, num_slots, kMlaKvDim,
+                                                                                 kMlaKvDim * 2, kMlaBlockKeys, 64)})
+             .first;
+  return it->second.second;
 }
 
 MlaDecodePlan& CudaBackend::mla_decode_plan() {
@@ -109,6 +126,9 @@ void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, float kv_scal
   p.cache = cache.raw();
   p.cache_fp8 = fp8;
   p.kv_scale = kv_scale;
+  MlaDecodePlan& plan = mla_decode_plan();
+  p.cache_tma = !fp8 && md.kv_page_size % kMlaBlockKeys == 0 && !plan.force_cp_async;
+  if (p.cache_tma) p.cache_map = plan.cache_map(cache.raw(), cache.size(0));
   p.kv_indices = md.kv_indices.data<int32_t>();
   p.kv_start = md.kv_start.data<int32_t>();
   p.seq_lens = md.seq_lens.data<int32_t>();
@@ -116,7 +136,6 @@ void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, float kv_scal
   p.out = out.raw(), p.out_stride_t = out.stride(0), p.out_stride_h = out.stride(1);
   p.num_seqs = int(S), p.num_heads = int(H);
   p.scale = scale;
-  MlaDecodePlan& plan = mla_decode_plan();
   plan.plan(p, T, md.batch_id, stream_);
   plan.run(p, stream_);
 }

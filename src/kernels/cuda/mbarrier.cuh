@@ -24,6 +24,12 @@ __device__ __forceinline__ void arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
+// Arrives on `bar` and adds `bytes` to the transaction count its phase waits for: a bulk (TMA)
+// copy that completes on the barrier then counts those bytes down as they land.
+__device__ __forceinline__ void arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
 // Waits until the phase of parity `parity` (0 for the first phase, then alternating) has completed.
 __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
   asm volatile(

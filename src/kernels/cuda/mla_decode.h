@@ -18,10 +18,13 @@
 //         shape (tokens, seqs, heads), never on its lengths, so a CUDA graph can replay them.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
+#include <utility>
 
 #include "kernels/cuda/growing_buffer.h"
 
@@ -39,6 +42,11 @@ struct MlaDecodeParams {
   const void* cache;
   bool cache_fp8;
   float kv_scale;              // the cache's values times this are the latents (1 for BF16)
+  // BF16 caches whose seqs keep each 64-key tile in 64 consecutive slots (AttentionMetadata::
+  // kv_page_size a multiple of 64): the 64-row kernels bring a tile in as nine TMA boxes of 64 rows
+  // x 64 columns through cache_map (tma.cuh) instead of each thread copying 16-byte pieces.
+  bool cache_tma;
+  CUtensorMap cache_map;  // the cache as BF16 [num_slots, 576], 64 x 64 boxes, 128-byte swizzle
   const int32_t* kv_indices;   // [sum(seq_lens)] cache slot of each token of each seq
   const int32_t* kv_start;     // [num_seqs + 1] offsets into kv_indices
   const int32_t* seq_lens;     // [num_seqs] keys in the cache per seq
@@ -82,6 +90,9 @@ class MlaDecodePlan {
   int force_m_tiles = 0;  // tests: 1 or 4 fixes the rows per job; 0 picks by shape
   bool force_mma_sync = false;  // tests and benchmarks: 64-row jobs on the mma.sync kernel
   bool force_two_stage = false;  // tests and benchmarks: BF16 64-row jobs on the 2-stage wgmma kernel
+  bool force_cp_async = false;   // tests and benchmarks: no TMA, whatever the page size
+  // The TMA map of a cache tensor (made once per tensor: one per layer).
+  const CUtensorMap& cache_map(const void* cache, int64_t num_slots);
   int planned_ctas() const { return sched_.num_ctas; }
 
  private:
@@ -96,6 +107,7 @@ class MlaDecodePlan {
   int64_t batch_id_ = 0, tokens_ = -1, seqs_ = -1, heads_ = -1;
   const void* seq_lens_ = nullptr;
   const void* query_start_ = nullptr;
+  std::unordered_map<const void*, std::pair<int64_t, CUtensorMap>> cache_maps_;
 };
 
 }  // namespace mlaserve::cuda

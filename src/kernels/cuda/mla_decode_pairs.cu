@@ -20,8 +20,14 @@
 // next pair right after its MMAs over it finish, so loads run a pair ahead with no block-wide wait:
 //   k0 blocks 0-3: wg0 after P0 V0_L; 4-8: wg1 after P0 V0_R (block 8 then holds P0).
 //   k1 blocks 0-3 and 8: wg0 after P1 V1_L (block 8 holds P1); 4-7: wg1 after P1 V1_R.
-// A pair is two tiles of one job; at a job's end (or the CTA's) the second may be absent: its slots
-// load as zeros and its keys are masked.
+// A pair is two tiles of one job; at a job's end (or the CTA's) the second may be absent: its keys
+// are masked, and its slots load as zeros (cp.async) or keep the finite values they hold (TMA).
+//
+// Over a cache laid out in pages of 64 keys (MlaDecodeParams::cache_tma), the first thread of the
+// refilling warpgroup asks the TMA for each 64 x 64 block instead: no copy issue and no address
+// arithmetic in the MMA warpgroups. A tile then also brings the rows of its page past the seq's
+// last key, which nothing wrote: the warpgroup that computed S over the tile zeroes them in
+// columns 0..511 (V) before any P V reads them, since 0 times a NaN is a NaN.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -31,6 +37,7 @@
 #include "kernels/cuda/mla_decode_device.cuh"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace mlaserve::cuda {
@@ -122,8 +129,9 @@ __device__ __forceinline__ void store_p(uint8_t* block, int r0, int t4, const ui
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) mla_decode_pairs_kernel(MlaDecodeParams p, MlaDecodeSchedule s) {
-  pdl_wait_and_trigger();
+template <bool kTma>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_decode_pairs_kernel(const __grid_constant__ MlaDecodeParams p, MlaDecodeSchedule s) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t sQ = mma::smem_u32(smem + Smem::q), sK0 = mma::smem_u32(smem + Smem::k0);
@@ -135,6 +143,26 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_pairs_kernel(MlaDecode
 
   const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32, g = lane / 4, t4 = lane % 4;
   const int r0 = (tid % 128) / 32 * 16 + g;  // this thread's rows of S and O: r0 and r0 + 8
+
+  // Shared memory and parameters only, so before the PDL wait: it overlaps the kernel before.
+  if constexpr (kTma) {
+    // A first pair's absent second tile is masked but still multiplied: it must hold finite values.
+    for (uint32_t i = tid; i < kTileBytes / 16; i += kThreads)
+      *reinterpret_cast<uint4*>(smem + Smem::k1 + i * 16) = make_uint4(0, 0, 0, 0);
+    wgmma::fence_async_smem();  // before the TMA (async proxy) writes the same bytes
+  }
+  if (tid == 0) {
+    // A block's barrier counts one warpgroup's cp.async arrivals, or the TMA's bytes.
+    for (int b = 0; b < 2 * kBlocks; ++b) mbar::init(sBars + b * 8, kTma ? 1 : 128);
+    mbar::init(bar_q, kThreads);
+    if constexpr (kTma) {
+      wgmma::fence_async_smem();  // the barriers as the TMA sees them
+      tma::prefetch_map(&p.cache_map);
+    }
+  }
+  __syncthreads();
+  pdl_wait_and_trigger();
+
   const int4 cta = reinterpret_cast<const int4*>(s.ctas)[blockIdx.x];
   if (cta.z == 0) return;
   const Job* jobs = reinterpret_cast<const Job*>(s.jobs);
@@ -142,12 +170,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_pairs_kernel(MlaDecode
   const uint8_t* cache = static_cast<const uint8_t*>(p.cache);
   // Scores and outputs carry the cache scale (1 for BF16; kept so the two kernels agree).
   const float scale_log2 = p.scale * p.kv_scale * 1.4426950408889634f;
-
-  if (tid == 0) {
-    for (int b = 0; b < 2 * kBlocks; ++b) mbar::init(sBars + b * 8, 128);  // one warpgroup loads a block
-    mbar::init(bar_q, kThreads);
-  }
-  __syncthreads();
 
   // Q: 4 threads a row, 18 of its 72 chunks each; rows past the job's end are zero-filled.
   auto load_q = [&](const Job& job) {
@@ -166,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_pairs_kernel(MlaDecode
   // Tile loads: a warpgroup's thread brings 16 bytes (piece) of rows lrow + 16 i of each block it loads.
   const int lrow = (tid % 128) / 8, piece = tid % 8;
   // This thread's 4 key rows of the pair's tile `second` (lrow + 16 i), as cache slots (-1 past the
-  // job's keys, or for an absent tile).
+  // job's keys, or for an absent tile); with the TMA only the tile's first slot (s[0]).
   struct Slots {
     int s[4];
   };
@@ -174,25 +196,50 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_pairs_kernel(MlaDecode
     Slots sl;
     const bool present = pr.valid && (second == 0 || pr.two);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int key = (pr.tile + second) * kBN + lrow + 16 * i;
+    for (int i = 0; i < (kTma ? 1 : 4); ++i) {
+      const int key = (pr.tile + second) * kBN + (kTma ? 0 : lrow + 16 * i);
       sl.s[i] = present && key < pr.num_keys ? p.kv_indices[pr.kv_begin + key] : -1;
     }
     return sl;
   };
   // Copies block b of a tile (rows at slots sl) into `tile` and arrives on the block's barrier.
   auto load_block = [&](uint32_t tile, uint32_t bars, int b, const Slots& sl) {
+    if constexpr (kTma) {
+      if (tid % 128 == 0) {
+        if (sl.s[0] >= 0) {
+          mbar::arrive_expect_tx(bars + b * 8, kBlockBytes);
+          tma::load_2d(tile + b * kBlockBytes, &p.cache_map, b * 64, sl.s[0], bars + b * 8);
+        } else {
+          mbar::arrive(bars + b * 8);  // an absent tile: nothing to wait for
+        }
+      }
+    } else {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = lrow + 16 * i;
-      const bool valid = sl.s[i] >= 0;
-      const uint8_t* src = cache + (valid ? int64_t(sl.s[i]) * (kD * 2) + b * 128 + piece * 16 : 0);
-      // tile_offset(r, 8 b + piece), written out: ptxas spills more registers in the loop with the call
-      cp_async16(tile + b * kBlockBytes + r * 128 + ((piece ^ (r & 7)) * 16), src, valid);
+      for (int i = 0; i < 4; ++i) {
+        const int r = lrow + 16 * i;
+        const bool valid = sl.s[i] >= 0;
+        const uint8_t* src = cache + (valid ? int64_t(sl.s[i]) * (kD * 2) + b * 128 + piece * 16 : 0);
+        // tile_offset(r, 8 b + piece), written out: ptxas spills more registers in the loop with the call
+        cp_async16(tile + b * kBlockBytes + r * 128 + ((piece ^ (r & 7)) * 16), src, valid);
+      }
+      mbar::arrive_on_copies(bars + b * 8);
     }
-    mbar::arrive_on_copies(bars + b * 8);
   };
   auto visible_of = [&](const Job& job, int r) { return r < job.num_rows ? place_row(p, job, r).visible : 0; };
+  // TMA: zeroes V (blocks 0-7) of the rows of `tile` (tile number `t` of the pair's job) past the
+  // job's keys; called by the warpgroup that computed S over it, once those MMAs are done.
+  auto zero_rows_past_end = [&](uint32_t tile_smem, const Pair& pr, int t) {
+    if constexpr (kTma) {
+      const int valid = pr.num_keys - t * kBN;
+      if (valid >= kBN) return;
+      for (int i = tid % 128; i < (kBN - valid) * 64; i += 128) {
+        const int r = valid + i / 64, b = (i / 8) % 8, c = i % 8;
+        *reinterpret_cast<uint4*>(smem + (tile_smem - sQ) + b * kBlockBytes + r * 128 + c * 16) =
+            make_uint4(0, 0, 0, 0);
+      }
+      wgmma::fence_async_smem();
+    }
+  };
 
   // S = Q K^T over the tile at sK in two steps, blocks 0-3 (loaded earlier in the pair) and 4-8.
   // No MMA is in flight across a barrier wait: ptxas serializes every wgmma of a kernel that keeps
@@ -277,6 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_pairs_kernel(MlaDecode
     if (wg == 0) {
       // ---- S0, its softmax, then O_L = O_L e^(m - m0) + P0 V0_L
       scores(sK0, bars0, parity, sc);
+      zero_rows_past_end(sK0, cur, cur.tile);
       float mx[2], scale0[2];
       mask_scale(sc, cur.tile, true, vis, mx);
 #pragma unroll
@@ -334,6 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_pairs_kernel(MlaDecode
     } else {
       // ---- S1 and its softmax given m0, then O_R = O_R e^(m - m1) + (P0 e^(m0 - m1)) V0_R + P1 V1_R
       scores(sK1, bars1, parity, sc);
+      if (cur.two) zero_rows_past_end(sK1, cur, cur.tile + 1);
       float mx[2], scale01[2];
       mask_scale(sc, cur.tile + 1, cur.two, vis, mx);
       bar_sync(kBarScale0, kThreads);
@@ -415,11 +464,14 @@ void mla::launch_mla_decode_pairs(const MlaDecodeParams& p, const MlaDecodeSched
   MLA_CHECK(!p.cache_fp8, "mla_decode: the paired kernel reads a BF16 cache");
   static bool configured = false;  // per device in practice: one GPU per process here
   if (!configured) {
-    CUDA_CHECK(
-        cudaFuncSetAttribute(mla_decode_pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Smem::bytes)));
+    for (auto* kernel : {mla_decode_pairs_kernel<false>, mla_decode_pairs_kernel<true>})
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Smem::bytes)));
     configured = true;
   }
-  launch_pdl(mla_decode_pairs_kernel, s.num_ctas, kThreads, Smem::bytes, stream, p, s);
+  if (p.cache_tma)
+    launch_pdl(mla_decode_pairs_kernel<true>, s.num_ctas, kThreads, Smem::bytes, stream, p, s);
+  else
+    launch_pdl(mla_decode_pairs_kernel<false>, s.num_ctas, kThreads, Smem::bytes, stream, p, s);
 }
 
 }  // namespace mlaserve::cuda

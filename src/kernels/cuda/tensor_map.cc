@@ -1,0 +1,45 @@
+#include "kernels/cuda/tensor_map.h"
+
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include "common/error.h"
+
+namespace mlaserve::cuda {
+
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
+    MLA_CHECK(err == cudaSuccess && found == cudaDriverEntryPointSuccess && p != nullptr,
+              "the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a CUDA 12 driver): {}", cudaGetErrorString(err));
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+CUtensorMap bf16_tensor_map_sw128(const void* base, int64_t rows, int64_t cols, int64_t row_bytes, int box_rows,
+                                  int box_cols) {
+  MLA_CHECK(box_cols * 2 == 128 && box_rows >= 1 && box_rows <= 256 && row_bytes % 16 == 0 &&
+                reinterpret_cast<uintptr_t>(base) % 16 == 0 && rows >= 1 && cols >= box_cols,
+            "tensor map: BF16 [{}, {}] with rows {} bytes apart cannot be read in {}x{} boxes with the 128-byte swizzle",
+            rows, cols, row_bytes, box_rows, box_cols);
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
+  const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
+                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  MLA_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed ({}) for BF16 [{}, {}], box {}x{}", int(r), rows, cols,
+            box_rows, box_cols);
+  return map;
+}
+
+}  // namespace mlaserve::cuda

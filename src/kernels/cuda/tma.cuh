@@ -1,0 +1,29 @@
+// The Tensor Memory Accelerator (Hopper): one thread asks for a whole box of a 2D tensor, and the
+// copy engine brings it into shared memory in the 128-byte swizzle layout wgmma and ldmatrix read,
+// completing on an mbarrier (mbarrier.cuh: arrive_expect_tx). The tensor map that describes the
+// global tensor is made on the host (tensor_map.h) and passed as a __grid_constant__ parameter.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace mlaserve::cuda::tma {
+
+// Copies the box at element coordinates (x: innermost, y) of `map` to shared memory at `dst`
+// (1024-byte aligned for the 128-byte swizzle), and counts its bytes down on `bar`. Rows of the box
+// outside the tensor land as zeros.
+__device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+// Brings the tensor map into the constant cache ahead of the first copy that reads it.
+__device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+}  // namespace mlaserve::cuda::tma
