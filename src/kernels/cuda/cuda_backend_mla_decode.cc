@@ -22,9 +22,9 @@ bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p
 // Rows a job takes: 64 when a sequence brings that many (128 heads, or several queries), so its
 // cache rows are read once for all of them; 16 for one query of a TP shard's 16 heads, unless the
 // batch has 128 seqs or more over a BF16 cache: 64-row jobs (3/4 of the rows padding) then stream
-// the cache faster on the paired kernel's pipeline (docs/benchmarks.md, fifteenth session: B 128-256
-// at 2048-8192 keys 5-19% faster, B 128 at 1024 keys 3-6% slower; FP8 caches 16% slower). The
-// choice sees shapes only, so CUDA graphs can replay it.
+// long contexts faster on the paired kernel's pipeline (docs/benchmarks.md, fifteenth session, on an
+// H200: 12-23% faster at 2048-8192 keys over pages of 1, 6% at 8192 over the TMA; 3-9% slower at
+// 1024-2048 keys; FP8 caches 16% slower). The choice sees shapes only, so CUDA graphs replay it.
 int pick_m_tiles(int64_t T, int64_t num_seqs, int64_t H, bool fp8) {
   return T * H > 16 * num_seqs || (!fp8 && H == 16 && num_seqs >= 128) ? 4 : 1;
 }
