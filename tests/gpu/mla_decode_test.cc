@@ -90,17 +90,20 @@ class MlaDecode : public GpuTest {
     const bool fp8 = fp8_kv_scale > 0;
     const float kv_scale = fp8 ? fp8_kv_scale : 1.0f;
     Tensor stored = to_dtype(cache, DType::BF16);
-    if (!fp8) {  // slots no seq owns (in pages64: the rest of each seq's last page) hold NaN
-      std::vector<bool> owned(size_t(num_slots), false);
-      for (int64_t i = 0; i < m.num_kv; ++i) owned[size_t(m.host.kv_indices.data<int32_t>()[i])] = true;
-      uint16_t* bits = static_cast<uint16_t*>(stored.raw());
-      for (int64_t r = 0; r < num_slots; ++r)
-        if (!owned[size_t(r)]) std::fill(bits + r * 576, bits + (r + 1) * 576, uint16_t(0x7fc0));
-    }
     if (fp8) {
       Tensor spread = Tensor::empty(DType::F32, cache.shape());
       for (int64_t i = 0; i < cache.numel(); ++i) spread.data<float>()[i] = cache.data<float>()[i] / kv_scale;
       stored = to_dtype(spread, DType::F8_E4M3);
+    }
+    // Slots no seq owns (in pages64: the rest of each seq's last page) hold NaN.
+    std::vector<bool> owned(size_t(num_slots), false);
+    for (int64_t i = 0; i < m.num_kv; ++i) owned[size_t(m.host.kv_indices.data<int32_t>()[i])] = true;
+    for (int64_t r = 0; r < num_slots; ++r) {
+      if (owned[size_t(r)]) continue;
+      if (fp8)
+        std::fill_n(static_cast<uint8_t*>(stored.raw()) + r * 576, 576, uint8_t(0x7f));
+      else
+        std::fill_n(static_cast<uint16_t*>(stored.raw()) + r * 576, 576, uint16_t(0x7fc0));
     }
     float scale = 1.0f / std::sqrt(192.0f);
     Tensor want = Tensor::empty(DType::F32, {m.T, H, 512});
@@ -211,9 +214,9 @@ TEST_F(MlaDecode, Fp8CacheOnEveryKernel) {
 }
 
 TEST_F(MlaDecode, PagesOf64TakeTheTma) {
-  // kv_page_size 64: each tile is one page, brought in by the TMA (16-row jobs and 64-row pairs);
-  // the rest of a seq's last page holds NaN, which must not reach the output. The same batches
-  // without the TMA (cp.async over the same pages), and an FP8 cache (never the TMA), agree.
+  // kv_page_size 64: each tile is one page, brought in by the TMA (16-row jobs and 64-row pairs over
+  // BF16, one bulk copy for 16-row jobs over e4m3); the rest of a seq's last page holds NaN, which
+  // must not reach the output. The same batches without them (cp.async over the same pages) agree.
   pages64 = true;
   std::vector<int32_t> lens, queries;
   for (int i = 0; i < 300; ++i) lens.push_back(1 + (i * 37) % 190), queries.push_back(1);
@@ -231,9 +234,14 @@ TEST_F(MlaDecode, PagesOf64TakeTheTma) {
   }
   cp_async = false;
   for (const int64_t H : {16, 128}) replay_with_new_lengths(H);  // a captured TMA kernel, new pages
-  fp8_kv_scale = 0.5f;
-  EXPECT_LE(check({{1, 63, 64, 65, 200, 1031, 7, 129}, {1, 1, 1, 1, 1, 1, 1, 1}}, 16), kTol);
-  EXPECT_LE(check({{5, 70, 300, 2049, 3}, {3, 2, 4, 1, 3}}, 128), kTol);
+  fp8_kv_scale = 0.5f;  // 16-row jobs take an e4m3 page as one bulk copy
+  for (bool no_tma : {false, true}) {
+    cp_async = no_tma;
+    EXPECT_LE(check({{1, 63, 64, 65, 200, 1031, 7, 129}, {1, 1, 1, 1, 1, 1, 1, 1}}, 16), kTol) << no_tma;
+    EXPECT_LE(check({lens, queries}, 16), kTol) << no_tma;
+    EXPECT_LE(check({{12345, 77}, {1, 1}}, 16), kTol) << no_tma;
+    EXPECT_LE(check({{5, 70, 300, 2049, 3}, {3, 2, 4, 1, 3}}, 128), kTol) << no_tma;
+  }
 }
 
 TEST_F(MlaDecode, PlanReusedByBatchId) {

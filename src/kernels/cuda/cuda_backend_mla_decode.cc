@@ -37,15 +37,17 @@ MlaDecodePlan::MlaDecodePlan(int device) {
 
 MlaDecodePlan::~MlaDecodePlan() = default;
 
-void MlaDecodePlan::reserve(int64_t max_jobs, int64_t partial_rows) {
-  if (max_jobs > cap_jobs_) {
-    plan_buf_.ensure(size_t(max_jobs * 8 + num_sms_ * 4 + 4) * sizeof(int32_t));
+bool MlaDecodePlan::reserve(int64_t max_jobs, int64_t partial_rows) {
+  const bool grow = max_jobs > cap_jobs_;
+  if (grow) {
+    plan_buf_.ensure(size_t(max_jobs * 9 + num_sms_ * 4 + 4) * sizeof(int32_t));
     cap_jobs_ = max_jobs;
   }
   if (partial_rows > cap_partial_rows_) {
     partial_buf_.ensure(size_t(partial_rows) * (kMlaLatentDim + 1) * sizeof(float));
     cap_partial_rows_ = partial_rows;
   }
+  return grow;
 }
 
 void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, cudaStream_t stream) {
@@ -58,10 +60,13 @@ void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, 
   // A seq of n queries has ceil(n * H / rows) jobs: at most T * H / rows + S over the batch. A job
   // cut between CTAs leaves one partial per CTA it touches: at most jobs + CTAs - 1.
   int64_t max_jobs = (T * H + rows - 1) / rows + S;
-  reserve(max_jobs, (max_jobs + num_sms_) * rows);
+  const bool grown = reserve(max_jobs, (max_jobs + num_sms_) * rows);
   sched_.jobs = static_cast<int32_t*>(plan_buf_.get());
   sched_.ctas = sched_.jobs + cap_jobs_ * 8;
   sched_.num_jobs = sched_.ctas + num_sms_ * 4;
+  sched_.splits_done = sched_.num_jobs + 4;
+  // Zero once: the CTA that merges a job's partials sets its count back to 0.
+  if (grown) CUDA_CHECK(cudaMemsetAsync(sched_.splits_done, 0, size_t(cap_jobs_) * sizeof(int32_t), stream));
   sched_.partial_o = static_cast<float*>(partial_buf_.get());
   sched_.partial_lse = sched_.partial_o + cap_partial_rows_ * kMlaLatentDim;
   sched_.max_jobs = int(max_jobs);
@@ -127,8 +132,9 @@ void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, float kv_scal
   p.cache_fp8 = fp8;
   p.kv_scale = kv_scale;
   MlaDecodePlan& plan = mla_decode_plan();
-  p.cache_tma = !fp8 && md.kv_page_size % kMlaBlockKeys == 0 && !plan.force_cp_async;
-  if (p.cache_tma) p.cache_map = plan.cache_map(cache.raw(), cache.size(0));
+  p.cache_tma = md.kv_page_size % kMlaBlockKeys == 0 && !plan.force_cp_async;
+  if (p.cache_tma && !fp8) p.cache_map = plan.cache_map(cache.raw(), cache.size(0));
+  p.cache_rows = cache.size(0);
   p.kv_indices = md.kv_indices.data<int32_t>();
   p.kv_start = md.kv_start.data<int32_t>();
   p.seq_lens = md.seq_lens.data<int32_t>();

@@ -79,8 +79,8 @@ struct Smem {
 template <int MT, bool kFp8, bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_kernel(const __grid_constant__ MlaDecodeParams p, MlaDecodeSchedule s) {
-  static_assert(!kTma || !kFp8, "the TMA brings BF16 tiles");
   using SM = Smem<MT, kFp8>;
+  constexpr bool kTmaLayout = kTma && !kFp8;  // BF16 tiles as the TMA writes them (an FP8 one is widened)
   constexpr int kRowBytes = kFp8 ? kD : kD * 2;
   constexpr int M = SM::M, WN = SM::WN, KW = kBN / WN, NTS = KW / 8;  // S: warp = 16 rows x KW keys
   constexpr int NTO = kL / kWarps / 8;                                // O: warp = M rows x 8 n-tiles
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar::init(sBars, 1);
       mbar::init(sBars + 8, 1);
       wgmma::fence_async_smem();  // the barriers as the TMA sees them
-      tma::prefetch_map(&p.cache_map);
+      if constexpr (!kFp8) tma::prefetch_map(&p.cache_map);
     }
     __syncthreads();
   }
@@ -132,7 +132,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Each thread a quarter of its row's chunks (18 of 72 BF16, 9 of 36 FP8); rows past the job's end
   // are zero-filled so that 0-probability columns never multiply garbage.
   auto load_kv = [&](int slot, int stage) {
-    if constexpr (kTma) {  // thread 0's slot is the tile's first key: the others follow it
+    if constexpr (kTma && kFp8) {  // the tile's 64 rows of 576 bytes are contiguous: one bulk copy
+      if (tid == 0) {
+        const uint32_t bar = sBars + stage * 8, rows = uint32_t(p.cache_rows - slot < kBN ? p.cache_rows - slot : kBN);
+        mbar::arrive_expect_tx(bar, rows * kD);
+        tma::bulk_load(sF8 + stage * kF8TileBytes, static_cast<const uint8_t*>(p.cache) + int64_t(slot) * kD, rows * kD,
+                       bar);
+      }
+      return;
+    } else if constexpr (kTma) {  // thread 0's slot is the tile's first key: the others follow it
       if (tid == 0) {
         const uint32_t bar = sBars + stage * 8, dst = sKV + stage * kTileBytes;
         mbar::arrive_expect_tx(bar, kTileBytes);
@@ -208,10 +216,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     cp_async_commit();
     cp_async_wait<1>();
-    if constexpr (kTma) {
-      mbar::wait(sBars + stage * 8, (n >> 1) & 1);
+    const int valid = job.num_keys - tile * kBN;  // keys of this tile (< 64 in a job's last one)
+    if constexpr (kTma) mbar::wait(sBars + stage * 8, (n >> 1) & 1);
+    if constexpr (kTmaLayout) {
       // Rows of the page past the job's keys were never written: V of theirs must be finite.
-      const int valid = job.num_keys - tile * kBN;
       if (valid < kBN) {
         for (int i = tid; i < (kBN - valid) * 64; i += kThreads) {
           const int r = valid + i / 64, b = (i / 8) % 8, c = i % 8;
@@ -224,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     if constexpr (kFp8) {  // the BF16 tile's last readers passed the barrier that ends the previous tile
       widen_fp8_tile(smem + SM::f8 + stage * kF8TileBytes, smem + SM::kv, tid, kThreads,
-                     [](int r, int c) { return swz(r, c, kChunks); });
+                     [](int r, int c) { return swz(r, c, kChunks); }, kTma ? valid : kBN);
       __syncthreads();
     }
 
@@ -244,14 +252,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < kQRegSteps; ++kk) {
         uint32_t b[2];
-        mma::ldsm_x2(b, sK + kv_offset<kTma>(warp_n * KW + (lane & 7), kk * 2 + ((lane >> 3) & 1)));
+        mma::ldsm_x2(b, sK + kv_offset<kTmaLayout>(warp_n * KW + (lane & 7), kk * 2 + ((lane >> 3) & 1)));
         mma_bf16(kk % 2 ? acc_odd : acc_s[0], qf[kk], b[0], b[1]);
       }
 #pragma unroll 4
       for (int kk = kQRegSteps; kk < kD / 16; ++kk) {
         uint32_t a[4], b[2];
         ldsm_x4(a, sQ + swz(lane & 15, kk * 2 + (lane >> 4), kChunks));
-        mma::ldsm_x2(b, sK + kv_offset<kTma>(warp_n * KW + (lane & 7), kk * 2 + ((lane >> 3) & 1)));
+        mma::ldsm_x2(b, sK + kv_offset<kTmaLayout>(warp_n * KW + (lane & 7), kk * 2 + ((lane >> 3) & 1)));
         mma_bf16(kk % 2 ? acc_odd : acc_s[0], a, b[0], b[1]);
       }
     } else {
@@ -263,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int np = 0; np < NTS / 2; ++np) {
           uint32_t b[4];
           int mat = lane >> 3;
-          ldsm_x4(b, sK + kv_offset<kTma>(warp_n * KW + np * 16 + (mat >> 1) * 8 + (lane & 7), kk * 2 + (mat & 1)));
+          ldsm_x4(b, sK + kv_offset<kTmaLayout>(warp_n * KW + np * 16 + (mat >> 1) * 8 + (lane & 7), kk * 2 + (mat & 1)));
           mma_bf16(acc_s[2 * np], a, b[0], b[1]);
           mma_bf16(acc_s[2 * np + 1], a, b[2], b[3]);
         }
@@ -343,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         int mat = lane >> 3, key = ks * 16 + (mat & 1) * 8 + (lane & 7);
         int chunk = warp * NTO + np * 2 + (mat >> 1);
         uint32_t t[4];
-        mma::ldsm_x4_trans(t, sK + kv_offset<kTma>(key, chunk));
+        mma::ldsm_x4_trans(t, sK + kv_offset<kTmaLayout>(key, chunk));
         b[2 * np][0] = t[0], b[2 * np][1] = t[1], b[2 * np + 1][0] = t[2], b[2 * np + 1][1] = t[3];
       }
 #pragma unroll
@@ -544,10 +552,13 @@ void run_mma_sync(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStre
   launch_pdl(mla_decode_kernel<MT, kFp8, kTma>, s.num_ctas, kThreads, smem, stream, p, s);
 }
 
-// The TMA serves 16-row jobs over a BF16 cache; 64-row jobs take it on the paired kernel.
+// Pages of 64 keys serve 16-row jobs (TMA boxes of a BF16 cache, bulk copies of an FP8 one); 64-row
+// jobs take them on the paired kernel (BF16).
 template <int MT>
 void run_mma_sync(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
-  if (p.cache_fp8)
+  if (p.cache_fp8 && MT == 1 && p.cache_tma)
+    run_mma_sync<MT, true, MT == 1>(p, s, stream);
+  else if (p.cache_fp8)
     run_mma_sync<MT, true, false>(p, s, stream);
   else if (MT == 1 && p.cache_tma)
     run_mma_sync<MT, false, MT == 1>(p, s, stream);

@@ -42,11 +42,13 @@ struct MlaDecodeParams {
   const void* cache;
   bool cache_fp8;
   float kv_scale;              // the cache's values times this are the latents (1 for BF16)
-  // BF16 caches whose seqs keep each 64-key tile in 64 consecutive slots (AttentionMetadata::
-  // kv_page_size a multiple of 64): the 64-row kernels bring a tile in as nine TMA boxes of 64 rows
-  // x 64 columns through cache_map (tma.cuh) instead of each thread copying 16-byte pieces.
+  // Caches whose seqs keep each 64-key tile in 64 consecutive slots (AttentionMetadata::
+  // kv_page_size a multiple of 64): a BF16 tile comes as nine TMA boxes of 64 rows x 64 columns
+  // through cache_map, an e4m3 tile (16-row jobs) as one bulk copy of its 64 rows (tma.cuh),
+  // instead of each thread copying 16-byte pieces.
   bool cache_tma;
-  CUtensorMap cache_map;  // the cache as BF16 [num_slots, 576], 64 x 64 boxes, 128-byte swizzle
+  CUtensorMap cache_map;  // a BF16 cache as [num_slots, 576], 64 x 64 boxes, 128-byte swizzle
+  int64_t cache_rows;     // num_slots: bulk copies stop there
   const int32_t* kv_indices;   // [sum(seq_lens)] cache slot of each token of each seq
   const int32_t* kv_start;     // [num_seqs + 1] offsets into kv_indices
   const int32_t* seq_lens;     // [num_seqs] keys in the cache per seq
@@ -62,6 +64,9 @@ struct MlaDecodeSchedule {
   int32_t* jobs;         // [max_jobs, 8]: seq, row0, num_rows, num_tiles, num_keys, first_cta, num_splits, split_offset
   int32_t* ctas;         // [num_ctas, 4]: first job, first tile in it, number of tiles, unused
   int32_t* num_jobs;     // [1]
+  // [max_jobs]: CTAs done with their part of each split job, when the attention kernel merges the
+  // partials itself (16-row jobs): the last one merges and sets it back to 0.
+  int32_t* splits_done;
   float* partial_o;      // [max_partials, rows_per_job, 512]: normalized partial outputs
   float* partial_lse;    // [max_partials, rows_per_job]: log2-sum-exp2 of the scaled scores
   int max_jobs = 0, num_ctas = 0, m_tiles = 1;  // rows per job = 16 * m_tiles
@@ -96,11 +101,11 @@ class MlaDecodePlan {
   int planned_ctas() const { return sched_.num_ctas; }
 
  private:
-  void reserve(int64_t max_jobs, int64_t partial_rows);
+  bool reserve(int64_t max_jobs, int64_t partial_rows);  // true when the plan buffer grew
 
   int num_sms_ = 0;
   MlaDecodeSchedule sched_{};
-  GrowingBuffer plan_buf_;  // jobs, ctas and num_jobs in one allocation
+  GrowingBuffer plan_buf_;  // jobs, ctas, num_jobs and splits_done in one allocation
   GrowingBuffer partial_buf_;
   int64_t cap_jobs_ = 0, cap_partial_rows_ = 0;
   // What the last plan was made for.

@@ -95,13 +95,14 @@ constexpr int kF8Chunks = kD / 16;
 constexpr int kF8TileBytes = kBN * kD;  // a staged tile: [64][576] bytes, rows contiguous
 
 // Widens a staged e4m3 tile (src) into the BF16 tile at dst, where 16-byte chunk c (of 72) of row r
-// lies at byte offset dst_offset(r, c). Every e4m3 value is a BF16 value: nothing rounds.
+// lies at byte offset dst_offset(r, c). Every e4m3 value is a BF16 value: nothing rounds. Rows from
+// rows_valid on become zeros (a page's rows past the seq's end, staged as they were).
 template <class Offset>
 __device__ __forceinline__ void widen_fp8_tile(const uint8_t* src, uint8_t* dst, int tid, int threads,
-                                               Offset dst_offset) {
+                                               Offset dst_offset, int rows_valid = kBN) {
   for (int i = tid; i < kBN * kF8Chunks; i += threads) {
     const int r = i / kF8Chunks, c = i - r * kF8Chunks;
-    const uint4 v = *reinterpret_cast<const uint4*>(src + i * 16);
+    const uint4 v = r < rows_valid ? *reinterpret_cast<const uint4*>(src + i * 16) : make_uint4(0, 0, 0, 0);
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
     uint4 lo, hi;
     lo.x = fp8::e4m3x2_to_bf16x2(w[0] & 0xffff), lo.y = fp8::e4m3x2_to_bf16x2(w[0] >> 16);
