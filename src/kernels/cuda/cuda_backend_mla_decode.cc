@@ -37,17 +37,15 @@ MlaDecodePlan::MlaDecodePlan(int device) {
 
 MlaDecodePlan::~MlaDecodePlan() = default;
 
-bool MlaDecodePlan::reserve(int64_t max_jobs, int64_t partial_rows) {
-  const bool grow = max_jobs > cap_jobs_;
-  if (grow) {
-    plan_buf_.ensure(size_t(max_jobs * 9 + num_sms_ * 4 + 4) * sizeof(int32_t));
+void MlaDecodePlan::reserve(int64_t max_jobs, int64_t partial_rows) {
+  if (max_jobs > cap_jobs_) {
+    plan_buf_.ensure(size_t(max_jobs * 8 + num_sms_ * 4 + 4) * sizeof(int32_t));
     cap_jobs_ = max_jobs;
   }
   if (partial_rows > cap_partial_rows_) {
     partial_buf_.ensure(size_t(partial_rows) * (kMlaLatentDim + 1) * sizeof(float));
     cap_partial_rows_ = partial_rows;
   }
-  return grow;
 }
 
 void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, cudaStream_t stream) {
@@ -60,13 +58,10 @@ void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, 
   // A seq of n queries has ceil(n * H / rows) jobs: at most T * H / rows + S over the batch. A job
   // cut between CTAs leaves one partial per CTA it touches: at most jobs + CTAs - 1.
   int64_t max_jobs = (T * H + rows - 1) / rows + S;
-  const bool grown = reserve(max_jobs, (max_jobs + num_sms_) * rows);
+  reserve(max_jobs, (max_jobs + num_sms_) * rows);
   sched_.jobs = static_cast<int32_t*>(plan_buf_.get());
   sched_.ctas = sched_.jobs + cap_jobs_ * 8;
   sched_.num_jobs = sched_.ctas + num_sms_ * 4;
-  sched_.splits_done = sched_.num_jobs + 4;
-  // Zero once: the CTA that merges a job's partials sets its count back to 0.
-  if (grown) CUDA_CHECK(cudaMemsetAsync(sched_.splits_done, 0, size_t(cap_jobs_) * sizeof(int32_t), stream));
   sched_.partial_o = static_cast<float*>(partial_buf_.get());
   sched_.partial_lse = sched_.partial_o + cap_partial_rows_ * kMlaLatentDim;
   sched_.max_jobs = int(max_jobs);

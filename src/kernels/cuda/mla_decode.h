@@ -64,9 +64,6 @@ struct MlaDecodeSchedule {
   int32_t* jobs;         // [max_jobs, 8]: seq, row0, num_rows, num_tiles, num_keys, first_cta, num_splits, split_offset
   int32_t* ctas;         // [num_ctas, 4]: first job, first tile in it, number of tiles, unused
   int32_t* num_jobs;     // [1]
-  // [max_jobs]: CTAs done with their part of each split job, when the attention kernel merges the
-  // partials itself (16-row jobs): the last one merges and sets it back to 0.
-  int32_t* splits_done;
   float* partial_o;      // [max_partials, rows_per_job, 512]: normalized partial outputs
   float* partial_lse;    // [max_partials, rows_per_job]: log2-sum-exp2 of the scaled scores
   int max_jobs = 0, num_ctas = 0, m_tiles = 1;  // rows per job = 16 * m_tiles
@@ -101,11 +98,11 @@ class MlaDecodePlan {
   int planned_ctas() const { return sched_.num_ctas; }
 
  private:
-  bool reserve(int64_t max_jobs, int64_t partial_rows);  // true when the plan buffer grew
+  void reserve(int64_t max_jobs, int64_t partial_rows);
 
   int num_sms_ = 0;
   MlaDecodeSchedule sched_{};
-  GrowingBuffer plan_buf_;  // jobs, ctas, num_jobs and splits_done in one allocation
+  GrowingBuffer plan_buf_;  // jobs, ctas and num_jobs in one allocation
   GrowingBuffer partial_buf_;
   int64_t cap_jobs_ = 0, cap_partial_rows_ = 0;
   // What the last plan was made for.

@@ -1,7 +1,8 @@
 // The Tensor Memory Accelerator (Hopper): one thread asks for a whole box of a 2D tensor, and the
 // copy engine brings it into shared memory in the 128-byte swizzle layout wgmma and ldmatrix read,
-// completing on an mbarrier (mbarrier.cuh: arrive_expect_tx). The tensor map that describes the
-// global tensor is made on the host (tensor_map.h) and passed as a __grid_constant__ parameter.
+// or for a contiguous run of bytes as it is, completing on an mbarrier (mbarrier.cuh:
+// arrive_expect_tx). The tensor map that describes a global tensor is made on the host
+// (tensor_map.h) and passed as a __grid_constant__ parameter.
 #pragma once
 
 #include <cuda.h>
