@@ -60,8 +60,9 @@ class MlaDecode : public GpuTest {
       for (int32_t k = 0; k < b.seq_lens[i]; ++k) {
         if (k % page == 0) {
           EXPECT_LT(next_page, pages.size()) << "pool too small";
+          ++next_page;
         }
-        pool.push_back(int32_t(pages[k % page == 0 ? next_page++ : next_page - 1] * page + k % page));
+        pool.push_back(int32_t(pages[next_page - 1] * page + k % page));
       }
     int32_t mx = *std::max_element(b.seq_lens.begin(), b.seq_lens.end());
     m.host = {n, Tensor::from_i32(b.seq_lens), Tensor::from_i32(qs), Tensor::from_i32(ks), Tensor::from_i32(pool), mx};

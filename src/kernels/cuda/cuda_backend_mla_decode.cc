@@ -21,12 +21,14 @@ bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p
 
 // Rows a job takes: 64 when a sequence brings that many (128 heads, or several queries), so its
 // cache rows are read once for all of them; 16 for one query of a TP shard's 16 heads, unless the
-// batch has 128 seqs or more over a BF16 cache: 64-row jobs (3/4 of the rows padding) then stream
-// long contexts faster on the paired kernel's pipeline (docs/benchmarks.md, fifteenth session, on an
-// H200: 12-23% faster at 2048-8192 keys over pages of 1, 6% at 8192 over the TMA; 3-9% slower at
-// 1024-2048 keys; FP8 caches 16% slower). The choice sees shapes only, so CUDA graphs replay it.
-int pick_m_tiles(int64_t T, int64_t num_seqs, int64_t H, bool fp8) {
-  return T * H > 16 * num_seqs || (!fp8 && H == 16 && num_seqs >= 128) ? 4 : 1;
+// batch has 128 seqs or more over a BF16 cache read by cp.async (pages of 1): 64-row jobs (3/4 of
+// the rows padding) then stream long contexts faster on the paired kernel's pipeline
+// (docs/benchmarks.md, fifteenth session, on an H200: 12-23% faster at 2048-8192 keys; 3-9% slower
+// at 1024; FP8 caches 16% slower). Over the TMA (pages of 64) 16-row jobs are within 1% at 8192 keys
+// and 5-11% faster at 1024-2048 (sixteenth session). The choice sees shapes only, so CUDA graphs
+// replay it.
+int pick_m_tiles(int64_t T, int64_t num_seqs, int64_t H, bool fp8, bool tma) {
+  return T * H > 16 * num_seqs || (!fp8 && !tma && H == 16 && num_seqs >= 128) ? 4 : 1;
 }
 
 }  // namespace
@@ -51,9 +53,9 @@ void MlaDecodePlan::reserve(int64_t max_jobs, int64_t partial_rows) {
 void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, cudaStream_t stream) {
   int64_t S = p.num_seqs, H = p.num_heads;
   if (batch_id != 0 && batch_id == batch_id_ && T == tokens_ && S == seqs_ && H == heads_ &&
-      p.seq_lens == seq_lens_ && p.query_start == query_start_)
+      p.seq_lens == seq_lens_ && p.query_start == query_start_ && p.cache_tma == tma_)
     return;
-  int mt = force_m_tiles ? force_m_tiles : pick_m_tiles(T, S, H, p.cache_fp8);
+  int mt = force_m_tiles ? force_m_tiles : pick_m_tiles(T, S, H, p.cache_fp8, p.cache_tma);
   int64_t rows = 16 * mt;
   // A seq of n queries has ceil(n * H / rows) jobs: at most T * H / rows + S over the batch. A job
   // cut between CTAs leaves one partial per CTA it touches: at most jobs + CTAs - 1.
@@ -71,7 +73,7 @@ void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, 
   sched_.pairs = !force_two_stage;
   launch_mla_decode_plan(p, sched_, stream);
   batch_id_ = batch_id, tokens_ = T, seqs_ = S, heads_ = H;
-  seq_lens_ = p.seq_lens, query_start_ = p.query_start;
+  seq_lens_ = p.seq_lens, query_start_ = p.query_start, tma_ = p.cache_tma;
 }
 
 void MlaDecodePlan::run(const MlaDecodeParams& p, cudaStream_t stream) const {

@@ -144,8 +144,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tid == 0) {
         const uint32_t bar = sBars + stage * 8, dst = sKV + stage * kTileBytes;
         mbar::arrive_expect_tx(bar, kTileBytes);
+        const uint64_t once = tma::evict_first_policy();  // a 16-row job reads each tile once
 #pragma unroll
-        for (int b = 0; b < kD / 64; ++b) tma::load_2d(dst + b * kBlockBytes, &p.cache_map, b * 64, slot, bar);
+        for (int b = 0; b < kD / 64; ++b) tma::load_2d(dst + b * kBlockBytes, &p.cache_map, b * 64, slot, bar, once);
       }
       return;
     }
@@ -218,17 +219,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_async_wait<1>();
     const int valid = job.num_keys - tile * kBN;  // keys of this tile (< 64 in a job's last one)
     if constexpr (kTma) mbar::wait(sBars + stage * 8, (n >> 1) & 1);
-    if constexpr (kTmaLayout) {
-      // Rows of the page past the job's keys were never written: V of theirs must be finite.
-      if (valid < kBN) {
-        for (int i = tid; i < (kBN - valid) * 64; i += kThreads) {
-          const int r = valid + i / 64, b = (i / 8) % 8, c = i % 8;
-          *reinterpret_cast<uint4*>(smem + SM::kv + stage * kTileBytes + b * kBlockBytes + r * 128 + c * 16) =
-              make_uint4(0, 0, 0, 0);
-        }
-        wgmma::fence_async_smem();  // before the TMA writes this stage again
-      }
-    }
+    if constexpr (kTmaLayout) zero_tile_rows_from(smem + SM::kv + stage * kTileBytes, valid, tid, kThreads);
     __syncthreads();
     if constexpr (kFp8) {  // the BF16 tile's last readers passed the barrier that ends the previous tile
       widen_fp8_tile(smem + SM::f8 + stage * kF8TileBytes, smem + SM::kv, tid, kThreads,

@@ -109,6 +109,7 @@ class MlaDecodePlan {
   int64_t batch_id_ = 0, tokens_ = -1, seqs_ = -1, heads_ = -1;
   const void* seq_lens_ = nullptr;
   const void* query_start_ = nullptr;
+  bool tma_ = false;
   std::unordered_map<const void*, std::pair<int64_t, CUtensorMap>> cache_maps_;
 };
 

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/mla_decode.h"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace mlaserve::cuda::mla {
 
@@ -26,6 +27,18 @@ constexpr uint32_t kTileBytes = kChunks / 8 * kBlockBytes;  // 9 blocks: 73728
 // Byte offset of 16-byte chunk c (of 72) of row r (of 64) in a tile or in Q.
 __device__ __forceinline__ uint32_t tile_offset(int r, int c) {
   return uint32_t(c >> 3) * kBlockBytes + uint32_t(r) * 128 + uint32_t((c & 7) ^ (r & 7)) * 16;
+}
+
+// Zeroes V (blocks 0-7) of the rows from `valid` on of a TMA-written tile: over pages of 64 keys a
+// seq's last tile brings rows of its page that nothing wrote, and 0 times a NaN is a NaN. Thread
+// `part` of `parts` (all of them call); the fence orders the stores before later async-proxy use.
+__device__ __forceinline__ void zero_tile_rows_from(uint8_t* tile, int valid, int part, int parts) {
+  if (valid >= kBN) return;
+  for (int i = part; i < (kBN - valid) * 64; i += parts) {
+    const int r = valid + i / 64, b = (i / 8) % 8, c = i % 8;
+    *reinterpret_cast<uint4*>(tile + b * kBlockBytes + r * 128 + c * 16) = make_uint4(0, 0, 0, 0);
+  }
+  wgmma::fence_async_smem();
 }
 
 // Query token of row `row` (of a seq's n * H rows, query-major) and the keys it sees.

@@ -229,16 +229,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // TMA: zeroes V (blocks 0-7) of the rows of `tile` (tile number `t` of the pair's job) past the
   // job's keys; called by the warpgroup that computed S over it, once those MMAs are done.
   auto zero_rows_past_end = [&](uint32_t tile_smem, const Pair& pr, int t) {
-    if constexpr (kTma) {
-      const int valid = pr.num_keys - t * kBN;
-      if (valid >= kBN) return;
-      for (int i = tid % 128; i < (kBN - valid) * 64; i += 128) {
-        const int r = valid + i / 64, b = (i / 8) % 8, c = i % 8;
-        *reinterpret_cast<uint4*>(smem + (tile_smem - sQ) + b * kBlockBytes + r * 128 + c * 16) =
-            make_uint4(0, 0, 0, 0);
-      }
-      wgmma::fence_async_smem();
-    }
+    if constexpr (kTma) zero_tile_rows_from(smem + (tile_smem - sQ), pr.num_keys - t * kBN, tid % 128, 128);
   };
 
   // S = Q K^T over the tile at sK in two steps, blocks 0-3 (loaded earlier in the pair) and 4-8.

@@ -22,6 +22,24 @@ __device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap* map, in
       : "memory");
 }
 
+// An L2 policy that evicts what it loads first: for data a kernel reads once (a 16-row MLA decode
+// job's cache tiles), so that it does not push out what others read again.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+// load_2d under an L2 policy (evict_first_policy).
+__device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar,
+                                        uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+      "%3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "l"(policy)
+      : "memory");
+}
+
 // Copies `bytes` (a multiple of 16) of contiguous global memory at `src` to shared memory at `dst`
 // (both 16-byte aligned) and counts them down on `bar`. Nothing checks bounds: the caller does.
 __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
