@@ -245,10 +245,59 @@ TEST_F(MlaDecode, PagesOf64TakeTheTma) {
   }
 }
 
+TEST_F(MlaDecode, WholeJobsPlan) {
+  // Uniform lengths with no more jobs than CTAs: each job goes whole to a CTA (no partials, no
+  // combine). 64 seqs at 128 heads are 128 64-row jobs of 5 tiles (an even cut: 5 a CTA); 128 seqs
+  // at 16 heads, 128 jobs of 16 rows. With one seq much longer, the even cut again.
+  for (bool tma : {false, true}) {
+    pages64 = tma;
+    for (float kv_scale : {0.f, 0.5f}) {
+      fp8_kv_scale = kv_scale;
+      const Batch b64{std::vector<int32_t>(64, 300), std::vector<int32_t>(64, 1)};
+      const Batch b128{std::vector<int32_t>(128, 300), std::vector<int32_t>(128, 1)};
+      EXPECT_LE(check(b64, 128), kTol) << tma << kv_scale;
+      EXPECT_LE(check(b128, 16), kTol) << tma << kv_scale;
+      EXPECT_LE(check(b128, 16, 1), kTol) << tma << kv_scale;
+      Batch skewed = b64;
+      skewed.seq_lens[5] = 3000;
+      EXPECT_LE(check(skewed, 128), kTol) << tma << kv_scale;
+    }
+  }
+}
+
 TEST_F(MlaDecode, PlanReusedByBatchId) {
   Batch b{{4000, 1, 999, 64}, {1, 1, 1, 1}};
   EXPECT_LE(check(b, 16, 0, 42), kTol);
   EXPECT_LE(check(b, 128, 0, 43), kTol);
+}
+
+TEST_F(MlaDecode, PlanRemadeWhenTheJobSizeChanges) {
+  // One batch (same batch_id, same metadata tensors) over a BF16 then an e4m3 cache: 16 heads at
+  // 130 seqs take 64-row jobs over BF16 pages of 1 but 16-row jobs over e4m3, so the second call
+  // must plan again rather than reuse the first plan.
+  std::vector<int32_t> lens, queries;
+  for (int i = 0; i < 130; ++i) lens.push_back(1 + (i * 53) % 700), queries.push_back(1);
+  const Batch b{lens, queries};
+  const int64_t H = 16, num_slots = std::accumulate(lens.begin(), lens.end(), int64_t(0)) * 3 / 2;
+  HostMd m = make_md(b, num_slots, seed + 3);
+  m.dev.batch_id = 77;
+  Tensor q = random_f32({m.T, H, 576}, seed + 1), cache = random_f32({num_slots, 576}, seed + 2);
+  const float scale = 1.0f / std::sqrt(192.0f), kv_scale = 0.25f;
+  Tensor spread = Tensor::empty(DType::F32, cache.shape());
+  for (int64_t i = 0; i < cache.numel(); ++i) spread.data<float>()[i] = cache.data<float>()[i] / kv_scale;
+  const Tensor stored_bf16 = to_dtype(cache, DType::BF16), stored_fp8 = to_dtype(spread, DType::F8_E4M3);
+  const Tensor qd = gpu.to_device(to_dtype(q, DType::BF16));
+  cuda::MlaDecodePlan& plan = gpu.mla_decode_plan();
+  plan.force_m_tiles = 0, plan.force_mma_sync = plan.force_two_stage = plan.force_cp_async = false;
+  for (const bool fp8 : {false, true}) {
+    const Tensor& stored = fp8 ? stored_fp8 : stored_bf16;
+    const float s = fp8 ? kv_scale : 1.0f;
+    Tensor want = Tensor::empty(DType::F32, {m.T, H, 512}), out = poisoned(gpu, DType::BF16, {m.T, H, 512});
+    cpu->mla_decode(q, stored, s, m.host, scale, want);
+    gpu.mla_decode(qd, gpu.to_device(stored), s, m.dev, scale, out);
+    EXPECT_EQ(plan.planned_rows_per_job(), fp8 ? 16 : 64);
+    EXPECT_LE(rel_l2(gpu.to_host(out), want), kTol) << (fp8 ? "e4m3" : "bf16");
+  }
 }
 
 TEST_F(MlaDecode, GraphReplayWithNewLengths) {
@@ -307,7 +356,9 @@ struct PlanOut {
 
 // The plan as one serial loop computes it (the first plan kernel, ported to the host): jobs of
 // 16 * m_tiles rows in seq then row order (none from index max_jobs on), the concatenation of
-// their 64-key tiles cut evenly between P = min(tiles, num_ctas) CTAs.
+// their 64-key tiles cut evenly between P = min(tiles, num_ctas) CTAs; or, when the jobs are at
+// most num_ctas and the longest has at most ceil(rows of the widest / 16) tiles more than
+// ceil(tiles / P), job c whole to CTA c.
 PlanOut plan_reference(const std::vector<int32_t>& seq_lens, const std::vector<int32_t>& query_start, int H,
                        int m_tiles, int max_jobs, int num_ctas) {
   PlanOut out;
@@ -329,6 +380,20 @@ PlanOut plan_reference(const std::vector<int32_t>& seq_lens, const std::vector<i
   auto cta_of = [&](int64_t g, int P) { return int(((g + 1) * P - 1) / total); };
   const int P = int(std::min<int64_t>(total, num_ctas));
   out.ctas.assign(size_t(std::max(num_ctas, 0)) * 4, 0);
+  int longest = 0, widest = 0;
+  for (int j = 0; j < nj; ++j) {
+    longest = std::max(longest, jobs[size_t(j) * 8 + 3]);
+    widest = std::max(widest, jobs[size_t(j) * 8 + 2]);
+  }
+  if (nj > 0 && nj <= num_ctas && P > 0 && longest - (total + P - 1) / P <= (widest + 15) / 16) {
+    for (int j = 0; j < nj; ++j) {
+      int32_t* job = &jobs[size_t(j) * 8];
+      job[5] = j, job[6] = 1, job[7] = j;
+      int32_t* e = &out.ctas[size_t(j) * 4];
+      e[0] = j, e[1] = 0, e[2] = job[3];
+    }
+    return out;
+  }
   int j = 0;
   int64_t before = 0;
   for (int c = 0; c < P; ++c) {
@@ -440,6 +505,20 @@ TEST_F(MlaDecode, PlanMatchesSerialPlan) {
         random_batch(rng, S, 1, 1, lens, qs);  // plain decode
         check_plan(lens, qs, H, mt, 132);
       }
+  // Uniform lengths, no more jobs than CTAs: each job whole to a CTA (or not, one tile too long),
+  // on the small-batch path and (2 queries at 128 heads in 16-row jobs: 16 jobs a seq) the general one.
+  for (int len : {4096, 300, 64})
+    for (int H : {16, 128})
+      for (int mt : {1, 4})
+        for (int n : {1, 2}) {
+          const int S = 132 / ((n * H + 16 * mt - 1) / (16 * mt));  // 132 jobs
+          lens.assign(S, len);
+          qs.assign(S + 1, 0);
+          for (int i = 0; i < S; ++i) qs[i + 1] = qs[i] + n;
+          check_plan(lens, qs, H, mt, 132);
+          lens[S / 2] += 64 * (mt + 2);  // the longest now past the rule's slack (at most mt tiles)
+          check_plan(lens, qs, H, mt, 132);
+        }
   // One seq of many queries (a chunk of extend in absorbed form): hundreds of jobs in one seq.
   for (int H : {16, 128})
     for (int mt : {1, 4}) {

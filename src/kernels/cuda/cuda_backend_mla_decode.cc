@@ -52,10 +52,11 @@ void MlaDecodePlan::reserve(int64_t max_jobs, int64_t partial_rows) {
 
 void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, cudaStream_t stream) {
   int64_t S = p.num_seqs, H = p.num_heads;
-  if (batch_id != 0 && batch_id == batch_id_ && T == tokens_ && S == seqs_ && H == heads_ &&
-      p.seq_lens == seq_lens_ && p.query_start == query_start_ && p.cache_tma == tma_)
-    return;
+  // The device plan depends on the job size, which depends on the cache's dtype and layout too.
   int mt = force_m_tiles ? force_m_tiles : pick_m_tiles(T, S, H, p.cache_fp8, p.cache_tma);
+  if (batch_id != 0 && batch_id == batch_id_ && T == tokens_ && S == seqs_ && H == heads_ &&
+      p.seq_lens == seq_lens_ && p.query_start == query_start_ && mt == sched_.m_tiles)
+    return;
   int64_t rows = 16 * mt;
   // A seq of n queries has ceil(n * H / rows) jobs: at most T * H / rows + S over the batch. A job
   // cut between CTAs leaves one partial per CTA it touches: at most jobs + CTAs - 1.
@@ -73,7 +74,7 @@ void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, 
   sched_.pairs = !force_two_stage;
   launch_mla_decode_plan(p, sched_, stream);
   batch_id_ = batch_id, tokens_ = T, seqs_ = S, heads_ = H;
-  seq_lens_ = p.seq_lens, query_start_ = p.query_start, tma_ = p.cache_tma;
+  seq_lens_ = p.seq_lens, query_start_ = p.query_start;
 }
 
 void MlaDecodePlan::run(const MlaDecodeParams& p, cudaStream_t stream) const {

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int NTO = kL / kWarps / 8;                                // O: warp = M rows x 8 n-tiles
   static_assert(NTS == 1 || NTS % 2 == 0, "key tiling");
   extern __shared__ __align__(128) uint8_t smem_raw[];
-  uint8_t* smem = kTma ? reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))
+  uint8_t* smem = kTma ? mma::align_smem_1024(smem_raw)
                        : smem_raw;
   const uint32_t sQ = mma::smem_u32(smem + SM::q), sKV = mma::smem_u32(smem + SM::kv), sP = mma::smem_u32(smem + SM::p);
   const uint32_t sF8 = mma::smem_u32(smem + SM::f8), sBars = mma::smem_u32(smem + SM::bars);

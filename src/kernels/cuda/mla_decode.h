@@ -11,9 +11,11 @@
 //   plan: a kernel reads seq_lens and query_start (on the device) and cuts the batch into jobs
 //         (one sequence x up to 16 * m_tiles rows) of 64-key tiles, then hands every persistent
 //         block (one per SM) an equal, contiguous run of tiles; a job cut between blocks leaves
-//         fp32 partials that a combine kernel merges by their log-sum-exp. Its prefix sums run in
-//         parallel (a few blocks of 512 threads, each computing the whole plan and writing its
-//         share): a few microseconds for a decode batch.
+//         fp32 partials that a combine kernel merges by their log-sum-exp. Where jobs are no more
+//         than the blocks and about even (uniform lengths), each goes whole to a block instead,
+//         and nothing is combined. Its prefix sums run in parallel (a few blocks of 512 threads,
+//         each computing the whole plan and writing its share): a few microseconds for a decode
+//         batch.
 //   run:  the attention kernel and the combine kernel; their grids depend only on the batch's
 //         shape (tokens, seqs, heads), never on its lengths, so a CUDA graph can replay them.
 #pragma once
@@ -96,6 +98,7 @@ class MlaDecodePlan {
   // The TMA map of a cache tensor (made once per tensor: one per layer).
   const CUtensorMap& cache_map(const void* cache, int64_t num_slots);
   int planned_ctas() const { return sched_.num_ctas; }
+  int planned_rows_per_job() const { return 16 * sched_.m_tiles; }
 
  private:
   void reserve(int64_t max_jobs, int64_t partial_rows);
@@ -109,7 +112,6 @@ class MlaDecodePlan {
   int64_t batch_id_ = 0, tokens_ = -1, seqs_ = -1, heads_ = -1;
   const void* seq_lens_ = nullptr;
   const void* query_start_ = nullptr;
-  bool tma_ = false;
   std::unordered_map<const void*, std::pair<int64_t, CUtensorMap>> cache_maps_;
 };
 

@@ -133,6 +133,8 @@ template <bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_pairs_kernel(const __grid_constant__ MlaDecodeParams p, MlaDecodeSchedule s) {
   extern __shared__ uint8_t smem_raw[];
+  // Through an integer on purpose: mma::align_smem_1024 (LDS for s_max / s_scale instead of generic
+  // loads) measured 2-3% slower at 128 heads over pages of 64 and 2% faster over pages of 1, H200.
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t sQ = mma::smem_u32(smem + Smem::q), sK0 = mma::smem_u32(smem + Smem::k0);
   const uint32_t sK1 = mma::smem_u32(smem + Smem::k1), sBars = mma::smem_u32(smem + Smem::bars);

@@ -1,5 +1,6 @@
 // MLA decode plan kernel (see mla_decode.h): cuts the batch into jobs of 64-key tiles and hands
-// every persistent CTA an equal, contiguous run of tiles, on the device so a graph can replay it.
+// every persistent CTA an equal, contiguous run of tiles (or, where that is about as even, a whole
+// job each), on the device so a graph can replay it.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -16,11 +17,11 @@ using mla::Job;
 using mla::kBN;
 
 // Jobs are numbered seq-major (then by row0) and CTA c < P takes tiles [c * total / P,
-// (c + 1) * total / P) of their concatenation, so everything about a job follows from its seq, its
-// index in the seq, and the jobs and tiles before it: prefix sums over a block. Jobs from index
-// max_jobs on are dropped (and their tiles not counted), as the serial loop did. A few blocks
-// each compute the whole plan (that is cheap) and write their share of it (one SM's stores drain
-// too slowly for thousands of jobs):
+// (c + 1) * total / P) of their concatenation (or job c whole: whole_jobs), so everything about a
+// job follows from its seq, its index in the seq, and the jobs and tiles before it: prefix sums
+// over a block. Jobs from index max_jobs on are dropped (and their tiles not counted), as the
+// serial loop did. A few blocks each compute the whole plan (that is cheap) and write their share
+// of it (one SM's stores drain too slowly for thousands of jobs):
 //   small batches (decode: seqs <= threads, a few jobs each): a thread a seq with its jobs in
 //     registers; one prefix sum of jobs and tiles, one of splits (plan_small_batch).
 //   any batch: windows of seqs and chunks of jobs through shared memory, swept twice
@@ -145,6 +146,30 @@ __device__ __forceinline__ int plan_ctas(int64_t total, int num_ctas) {
   return int(total < num_ctas ? total : int64_t(num_ctas));
 }
 
+// Whether each job goes whole to a CTA of its own (CTA j = job j) instead of the even cut: when
+// there are CTAs enough and the longest job exceeds an even cut's share by at most one tile for
+// every 16 rows of the widest job. A job cut between CTAs costs its partials' stores and the combine
+// kernel, which grow with its rows: at 128 heads, B 64, ctx 4096 (64 rows a job) the combine took
+// 15 us against 175 us of attention, about five tiles' time.
+__device__ __forceinline__ bool whole_jobs(int jobs, int64_t tiles, int longest, int widest, int num_ctas) {
+  const int P = plan_ctas(tiles, num_ctas);
+  if (jobs <= 0 || jobs > num_ctas || P <= 0) return false;
+  return longest - (tiles + P - 1) / P <= (widest + 15) / 16;
+}
+
+// The largest of one value a thread over the block. Every thread must call it.
+__device__ int block_max(int v) {
+  __shared__ int warp_max[kPlanThreads / 32];
+  v = __reduce_max_sync(~0u, v);
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = v;
+  __syncthreads();
+  int m = warp_max[0];
+#pragma unroll
+  for (int w = 1; w < kPlanThreads / 32; ++w) m = max(m, warp_max[w]);
+  __syncthreads();  // warp_max is free for the next call
+  return m;
+}
+
 // Thread t plans seq t. Every block of the grid computes the whole plan and writes its share
 // (one SM's stores drain too slowly for thousands of jobs). Returns false, having written
 // nothing, unless num_seqs <= kPlanThreads, num_heads > 0, every seq has at most kSmallJobs
@@ -163,7 +188,7 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
   // Loops over a seq's jobs stop at the most any seq of the warp has (most have 1 or 2).
   const int warp_nj = __reduce_max_sync(~0u, nj);
   const FastDiv by_h(H);
-  int keys[kSmallJobs], tiles[kSmallJobs];
+  int keys[kSmallJobs], tiles[kSmallJobs], longest = 0, widest = 0;
   JobsTiles mine{nj, 0};
 #pragma unroll
   for (int j = 0; j < kSmallJobs && j < warp_nj; ++j) {
@@ -171,19 +196,22 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
     keys[j] = max(len - n + int(by_h(r0 + nr - 1)) + 1, 1);
     tiles[j] = j < nj ? (keys[j] + kBN - 1) / kBN : 0;
     mine.tiles += tiles[j];
+    longest = max(longest, tiles[j]);
+    widest = max(widest, j < nj ? nr : 0);
   }
   JobsTiles all;
   const JobsTiles before = block_exclusive_sum(mine, all);
   if (all.jobs > max(s.max_jobs, 0)) return false;  // the serial plan stops part-way: see plan_any_batch
-  const int P = plan_ctas(all.tiles, s.num_ctas);
+  const bool whole = whole_jobs(all.jobs, all.tiles, block_max(longest), block_max(widest), s.num_ctas);
+  const int P = whole ? all.jobs : plan_ctas(all.tiles, s.num_ctas);
   const CtaCut cut(all.tiles, P);
   int first[kSmallJobs], splits[kSmallJobs], my_splits = 0;
   int64_t b = before.tiles;
 #pragma unroll
   for (int j = 0; j < kSmallJobs && j < warp_nj; ++j) {
     if (j < nj) {
-      first[j] = cut.cta_of(b);
-      splits[j] = cut.cta_of(b + tiles[j] - 1) - first[j] + 1;
+      first[j] = whole ? before.jobs + j : cut.cta_of(b);
+      splits[j] = whole ? 1 : cut.cta_of(b + tiles[j] - 1) - first[j] + 1;
       my_splits += splits[j];
       sm.tile[before.jobs + j] = b;
       b += tiles[j];
@@ -192,11 +220,17 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
   int all_splits;
   const int offset = block_exclusive_sum(my_splits, all_splits);  // (its barrier publishes sm.tile)
   const int part = blockIdx.x, parts = gridDim.x;
-  // CTA c starts in the last job at or before its first tile.
+  // CTA c starts in the last job at or before its first tile (whole jobs: job c).
   for (int c = part * kPlanThreads + tid; c < P; c += parts * kPlanThreads) {
-    const int64_t g0 = cut.start(c), g1 = cut.start(c + 1);
-    const int j = last_le(sm.tile, 0, all.jobs, g0);
-    reinterpret_cast<int4*>(s.ctas)[c] = make_int4(j, int(g0 - sm.tile[j]), int(g1 - g0), 0);
+    int4 run;
+    if (whole) {
+      run = make_int4(c, 0, int((c + 1 < all.jobs ? sm.tile[c + 1] : all.tiles) - sm.tile[c]), 0);
+    } else {
+      const int64_t g0 = cut.start(c), g1 = cut.start(c + 1);
+      const int j = last_le(sm.tile, 0, all.jobs, g0);
+      run = make_int4(j, int(g0 - sm.tile[j]), int(g1 - g0), 0);
+    }
+    reinterpret_cast<int4*>(s.ctas)[c] = run;
   }
   plan_finish(s, P, all.jobs, part, parts);
   // This block's jobs [lo, hi) go out through shared memory, kStage at a time, so that a warp
@@ -227,7 +261,7 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
 // Any batch, in two sweeps over windows of kPlanSpan seqs (their query starts, lengths and first
 // job in shared memory) and, inside a window, chunks of kPlanSpan of its jobs (kPlanItems
 // consecutive jobs a thread), carrying the running job, tile and split counts between them:
-//   sweep 0 counts the tiles (P and every CTA boundary depend on the total);
+//   sweep 0 counts the tiles (P and every CTA boundary depend on the total) and finds the longest job;
 //   sweep 1 writes each job (first CTA and split count from its first tile, split offset a prefix
 //           sum of the counts), then each CTA whose first tile falls in the chunk.
 // Every block of the grid sweeps the whole batch and writes its share of each chunk.
@@ -242,6 +276,8 @@ __device__ void plan_any_batch(const MlaDecodeParams& p, const MlaDecodeSchedule
   int64_t* s_tile = sm.any.tile;
   int loaded = -1, win_jobs = 0;  // the window in shared memory, and its number of jobs
   CtaCut cut(0, 0);
+  bool whole = false;  // whole_jobs, decided after sweep 0
+  int longest = 0, widest = 0;  // this thread's longest job (tiles) and widest (rows), sweep 0
   for (int sweep = 0; sweep < 2; ++sweep) {
     int job0 = 0;               // first job of the window
     int64_t tiles_before = 0;   // tiles of the jobs before the chunk
@@ -297,6 +333,8 @@ __device__ void plan_any_batch(const MlaDecodeParams& p, const MlaDecodeSchedule
           keys[i] = max(s_len[k] - n + (r0[i] + nr[i] - 1) / H + 1, 1);
           tiles[i] = (keys[i] + kBN - 1) / kBN;
           sum += tiles[i];
+          longest = max(longest, tiles[i]);
+          widest = max(widest, nr[i]);
         }
         int64_t chunk_tiles;
         const int64_t before = tiles_before + block_exclusive_sum(sum, chunk_tiles);
@@ -308,8 +346,8 @@ __device__ void plan_any_batch(const MlaDecodeParams& p, const MlaDecodeSchedule
             const int jl = tid * kPlanItems + i;
             splits[i] = 0;
             if (jl >= nc) continue;
-            first[i] = cut.cta_of(b);
-            splits[i] = cut.cta_of(b + tiles[i] - 1) - first[i] + 1;
+            first[i] = whole ? c0 + jl : cut.cta_of(b);
+            splits[i] = whole ? 1 : cut.cta_of(b + tiles[i] - 1) - first[i] + 1;
             split_sum += splits[i];
             s_tile[jl] = b;
             b += tiles[i];
@@ -328,10 +366,11 @@ __device__ void plan_any_batch(const MlaDecodeParams& p, const MlaDecodeSchedule
             }
             jobs[2 * j] = make_int4(seq[i], r0[i], nr[i], tiles[i]);
             jobs[2 * j + 1] = make_int4(keys[i], first[i], splits[i], offset);
+            if (whole) ctas[j] = make_int4(j, 0, tiles[i], 0);  // CTA j takes job j
             offset += splits[i];
           }
           // The CTAs whose first tile g0 is in this chunk: each starts in the last job at or before g0.
-          if (cut.P > 0) {
+          if (!whole && cut.P > 0) {
             const int c_end = cut.cta_from(tiles_before + chunk_tiles);
             const int c_begin = cut.cta_from(tiles_before) + part * kPlanThreads + tid;
             for (int c = c_begin; c < c_end; c += parts * kPlanThreads) {
@@ -348,9 +387,11 @@ __device__ void plan_any_batch(const MlaDecodeParams& p, const MlaDecodeSchedule
       job0 += win_jobs;
     }
     if (sweep == 0) {
-      const int P = plan_ctas(tiles_before, s.num_ctas);
+      const int num_jobs = min(job0, max_jobs);
+      whole = whole_jobs(num_jobs, tiles_before, block_max(longest), block_max(widest), s.num_ctas);
+      const int P = whole ? num_jobs : plan_ctas(tiles_before, s.num_ctas);
       cut = CtaCut(tiles_before, P);
-      plan_finish(s, P, min(job0, max_jobs), part, parts);
+      plan_finish(s, P, num_jobs, part, parts);
     }
   }
 }

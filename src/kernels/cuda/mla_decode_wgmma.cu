@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
   using Smem = SmemLayout<kFp8>;
   constexpr int kRowBytes = kFp8 ? kD : kD * 2;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = mma::align_smem_1024(smem_raw);
   const uint32_t sQ = mma::smem_u32(smem + Smem::q), sKV = mma::smem_u32(smem + Smem::kv);
   const uint32_t sP = mma::smem_u32(smem + Smem::p), sF8 = mma::smem_u32(smem + Smem::f8);
   float* s_alpha = reinterpret_cast<float*>(smem + Smem::alpha);

@@ -20,6 +20,13 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// Dynamic shared memory `raw` moved up to the next multiple of 1024 bytes (swizzle atoms need it) by
+// pointer arithmetic: a round trip through an integer hides that it is shared memory, and accesses
+// through the result then compile to generic loads and stores instead of LDS / STS.
+__device__ __forceinline__ uint8_t* align_smem_1024(uint8_t* raw) {
+  return raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);
+}
+
 // 16 bytes global -> shared without registers; an invalid source is zero-filled (src-size 0).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kThreads, Tile<kRows, kF32Out>::kBlocksPerSm)
   if (!moe_tiles::find_tile<kRows, kThreads>(p.offsets, p.num_experts, int(blockIdx.y), expert, row0, row_end))
     return;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = mma::align_smem_1024(smem_raw);
   float* scale_ring = reinterpret_cast<float*>(smem + T::kStages * T::kStageBytes);
 
   const moe_tiles::Fp8BlockSpan span(p, expert);

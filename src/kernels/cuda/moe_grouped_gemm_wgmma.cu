@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Moe
   if (!moe_tiles::find_tile<kBM, kThreads>(p.offsets, p.num_experts, int(blockIdx.y), expert, row0, row_end)) return;
   extern __shared__ uint8_t smem_raw[];
   // The swizzle atoms must be 1024-aligned; find_tile's static shared memory comes first.
-  bf16* sa = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  bf16* sa = reinterpret_cast<bf16*>(mma::align_smem_1024(smem_raw));
   bf16* sb = sa + kStages * kAElems;
   const uint32_t full = mma::smem_u32(sa) + uint32_t(kRingBytes), empty = full + 8 * kStages;  // slot s at + 8 s
   const int tid = threadIdx.x;
