@@ -246,9 +246,9 @@ TEST_F(MlaDecode, PagesOf64TakeTheTma) {
 }
 
 TEST_F(MlaDecode, WholeJobsPlan) {
-  // Uniform lengths with no more jobs than CTAs: each job goes whole to a CTA (no partials, no
-  // combine). 64 seqs at 128 heads are 128 64-row jobs of 5 tiles (an even cut: 5 a CTA); 128 seqs
-  // at 16 heads, 128 jobs of 16 rows. With one seq much longer, the even cut again.
+  // Uniform lengths: jobs go whole to CTAs (no partials, no combine). 64 seqs at 128 heads are 128
+  // 64-row jobs of 5 tiles (an even cut: 5 a CTA); 128 seqs at 16 heads, 128 jobs of 16 rows; 256
+  // seqs, or 128 seqs at 128 heads, runs of two jobs. With one seq much longer, the even cut again.
   for (bool tma : {false, true}) {
     pages64 = tma;
     for (float kv_scale : {0.f, 0.5f}) {
@@ -261,6 +261,9 @@ TEST_F(MlaDecode, WholeJobsPlan) {
       Batch skewed = b64;
       skewed.seq_lens[5] = 3000;
       EXPECT_LE(check(skewed, 128), kTol) << tma << kv_scale;
+      const Batch b256{std::vector<int32_t>(256, 200), std::vector<int32_t>(256, 1)};  // two jobs a CTA
+      EXPECT_LE(check(b256, 16), kTol) << tma << kv_scale;
+      EXPECT_LE(check(b128, 128), kTol) << tma << kv_scale;
     }
   }
 }
@@ -356,9 +359,11 @@ struct PlanOut {
 
 // The plan as one serial loop computes it (the first plan kernel, ported to the host): jobs of
 // 16 * m_tiles rows in seq then row order (none from index max_jobs on), the concatenation of
-// their 64-key tiles cut evenly between P = min(tiles, num_ctas) CTAs; or, when the jobs are at
-// most num_ctas and the longest has at most ceil(rows of the widest / 16) tiles more than
-// ceil(tiles / P), job c whole to CTA c.
+// their 64-key tiles cut evenly between P = min(tiles, num_ctas) CTAs; or whole jobs, CTA c of
+// Pw = min(num_ctas, jobs) taking jobs [c * jobs / Pw, (c + 1) * jobs / Pw), when the most tiles a
+// CTA gets that way exceed ceil(tiles / P) by at most ceil(rows of the widest job / 16). The
+// kernel's general path (more than 512 seqs, or a seq of more than 8 jobs) takes whole jobs only
+// when there are no more jobs than CTAs.
 PlanOut plan_reference(const std::vector<int32_t>& seq_lens, const std::vector<int32_t>& query_start, int H,
                        int m_tiles, int max_jobs, int num_ctas) {
   PlanOut out;
@@ -380,17 +385,30 @@ PlanOut plan_reference(const std::vector<int32_t>& seq_lens, const std::vector<i
   auto cta_of = [&](int64_t g, int P) { return int(((g + 1) * P - 1) / total); };
   const int P = int(std::min<int64_t>(total, num_ctas));
   out.ctas.assign(size_t(std::max(num_ctas, 0)) * 4, 0);
-  int longest = 0, widest = 0;
-  for (int j = 0; j < nj; ++j) {
-    longest = std::max(longest, jobs[size_t(j) * 8 + 3]);
-    widest = std::max(widest, jobs[size_t(j) * 8 + 2]);
+  // Whole jobs: the kernel's small-batch path takes runs of them, the general one runs of one.
+  int widest = 0, most_jobs_a_seq = 0, all_jobs = 0;
+  for (int j = 0; j < nj; ++j) widest = std::max(widest, jobs[size_t(j) * 8 + 2]);
+  for (int q = 0; q < int(seq_lens.size()); ++q) {
+    const int rows = (query_start[q + 1] - query_start[q]) * H, n = (rows + M - 1) / M;
+    most_jobs_a_seq = std::max(most_jobs_a_seq, n);
+    all_jobs += n;
   }
-  if (nj > 0 && nj <= num_ctas && P > 0 && longest - (total + P - 1) / P <= (widest + 15) / 16) {
+  const bool small_path = seq_lens.size() <= 512 && most_jobs_a_seq <= 8 && all_jobs <= max_jobs;
+  const int Pw = std::min(num_ctas, nj);
+  auto run_begin = [&](int c) { return int(int64_t(c) * nj / Pw); };
+  std::vector<int64_t> job_tile(size_t(nj) + 1, 0);
+  for (int j = 0; j < nj; ++j) job_tile[size_t(j) + 1] = job_tile[size_t(j)] + jobs[size_t(j) * 8 + 3];
+  int64_t makespan = 0;
+  auto run_tiles = [&](int c) { return job_tile[size_t(run_begin(c + 1))] - job_tile[size_t(run_begin(c))]; };
+  for (int c = 0; c < Pw; ++c) makespan = std::max(makespan, run_tiles(c));
+  if (Pw > 0 && P > 0 && (small_path || nj <= num_ctas) && makespan - (total + P - 1) / P <= (widest + 15) / 16) {
     for (int j = 0; j < nj; ++j) {
       int32_t* job = &jobs[size_t(j) * 8];
-      job[5] = j, job[6] = 1, job[7] = j;
-      int32_t* e = &out.ctas[size_t(j) * 4];
-      e[0] = j, e[1] = 0, e[2] = job[3];
+      job[5] = int((int64_t(j + 1) * Pw - 1) / nj), job[6] = 1, job[7] = j;
+    }
+    for (int c = 0; c < Pw; ++c) {
+      int32_t* e = &out.ctas[size_t(c) * 4];
+      e[0] = run_begin(c), e[1] = 0, e[2] = int(run_tiles(c));
     }
     return out;
   }
@@ -505,20 +523,21 @@ TEST_F(MlaDecode, PlanMatchesSerialPlan) {
         random_batch(rng, S, 1, 1, lens, qs);  // plain decode
         check_plan(lens, qs, H, mt, 132);
       }
-  // Uniform lengths, no more jobs than CTAs: each job whole to a CTA (or not, one tile too long),
-  // on the small-batch path and (2 queries at 128 heads in 16-row jobs: 16 jobs a seq) the general one.
+  // Uniform lengths: jobs whole to CTAs (or not, one job too long), 132 or 264 of them, on the
+  // small-batch path and (2 queries at 128 heads in 16-row jobs: 16 jobs a seq) the general one.
   for (int len : {4096, 300, 64})
     for (int H : {16, 128})
       for (int mt : {1, 4})
-        for (int n : {1, 2}) {
-          const int S = 132 / ((n * H + 16 * mt - 1) / (16 * mt));  // 132 jobs
-          lens.assign(S, len);
-          qs.assign(S + 1, 0);
-          for (int i = 0; i < S; ++i) qs[i + 1] = qs[i] + n;
-          check_plan(lens, qs, H, mt, 132);
-          lens[S / 2] += 64 * (mt + 2);  // the longest now past the rule's slack (at most mt tiles)
-          check_plan(lens, qs, H, mt, 132);
-        }
+        for (int n : {1, 2})
+          for (int per_cta : {1, 2}) {
+            const int S = per_cta * 132 / ((n * H + 16 * mt - 1) / (16 * mt));
+            lens.assign(S, len);
+            qs.assign(S + 1, 0);
+            for (int i = 0; i < S; ++i) qs[i + 1] = qs[i] + n;
+            check_plan(lens, qs, H, mt, 132);
+            lens[S / 2] += 64 * (mt + 2);  // the longest run now past the rule's slack (at most mt tiles)
+            check_plan(lens, qs, H, mt, 132);
+          }
   // One seq of many queries (a chunk of extend in absorbed form): hundreds of jobs in one seq.
   for (int H : {16, 128})
     for (int mt : {1, 4}) {

@@ -146,26 +146,35 @@ __device__ __forceinline__ int plan_ctas(int64_t total, int num_ctas) {
   return int(total < num_ctas ? total : int64_t(num_ctas));
 }
 
-// Whether each job goes whole to a CTA of its own (CTA j = job j) instead of the even cut: when
-// there are CTAs enough and the longest job exceeds an even cut's share by at most one tile for
-// every 16 rows of the widest job. A job cut between CTAs costs its partials' stores and the combine
-// kernel, which grow with its rows: at 128 heads, B 64, ctx 4096 (64 rows a job) the combine took
-// 15 us against 175 us of attention, about five tiles' time.
-__device__ __forceinline__ bool whole_jobs(int jobs, int64_t tiles, int longest, int widest, int num_ctas) {
+// Whole jobs: CTA c of P = min(num_ctas, jobs) takes jobs [c * jobs / P, (c + 1) * jobs / P) whole
+// instead of the even cut of the tiles, when its longest run (`makespan` tiles) exceeds an even
+// cut's share by at most one tile for every 16 rows of the widest job. A job cut between CTAs costs
+// its partials' stores and the combine kernel, which grow with its rows: at 128 heads, B 64, ctx
+// 4096 (64 rows a job) the combine took 15 us against 175 us of attention, about five tiles' time.
+// Uniform lengths (benchmarks) meet it; mixed ones mostly not. The general path (plan_any_batch)
+// takes whole jobs only when jobs <= num_ctas (runs of one).
+__device__ __forceinline__ int whole_ctas(int jobs, int num_ctas) { return min(jobs, num_ctas); }
+__device__ __forceinline__ int whole_run_begin(int c, int jobs, int P) { return int(int64_t(c) * jobs / P); }
+__device__ __forceinline__ int whole_cta_of(int j, int jobs, int P) { return int((int64_t(j + 1) * P - 1) / jobs); }
+__device__ __forceinline__ bool whole_jobs(int64_t makespan, int64_t tiles, int widest, int num_ctas) {
   const int P = plan_ctas(tiles, num_ctas);
-  if (jobs <= 0 || jobs > num_ctas || P <= 0) return false;
-  return longest - (tiles + P - 1) / P <= (widest + 15) / 16;
+  return P > 0 && makespan - (tiles + P - 1) / P <= (widest + 15) / 16;
 }
 
 // The largest of one value a thread over the block. Every thread must call it.
-__device__ int block_max(int v) {
-  __shared__ int warp_max[kPlanThreads / 32];
-  v = __reduce_max_sync(~0u, v);
+template <typename T>
+__device__ T block_max(T v) {
+  __shared__ T warp_max[kPlanThreads / 32];
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) {
+    const T o = __shfl_xor_sync(~0u, v, d);
+    v = o > v ? o : v;
+  }
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = v;
   __syncthreads();
-  int m = warp_max[0];
+  T m = warp_max[0];
 #pragma unroll
-  for (int w = 1; w < kPlanThreads / 32; ++w) m = max(m, warp_max[w]);
+  for (int w = 1; w < kPlanThreads / 32; ++w) m = warp_max[w] > m ? warp_max[w] : m;
   __syncthreads();  // warp_max is free for the next call
   return m;
 }
@@ -188,7 +197,7 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
   // Loops over a seq's jobs stop at the most any seq of the warp has (most have 1 or 2).
   const int warp_nj = __reduce_max_sync(~0u, nj);
   const FastDiv by_h(H);
-  int keys[kSmallJobs], tiles[kSmallJobs], longest = 0, widest = 0;
+  int keys[kSmallJobs], tiles[kSmallJobs], widest = 0;
   JobsTiles mine{nj, 0};
 #pragma unroll
   for (int j = 0; j < kSmallJobs && j < warp_nj; ++j) {
@@ -196,35 +205,49 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
     keys[j] = max(len - n + int(by_h(r0 + nr - 1)) + 1, 1);
     tiles[j] = j < nj ? (keys[j] + kBN - 1) / kBN : 0;
     mine.tiles += tiles[j];
-    longest = max(longest, tiles[j]);
     widest = max(widest, j < nj ? nr : 0);
   }
   JobsTiles all;
   const JobsTiles before = block_exclusive_sum(mine, all);
   if (all.jobs > max(s.max_jobs, 0)) return false;  // the serial plan stops part-way: see plan_any_batch
-  const bool whole = whole_jobs(all.jobs, all.tiles, block_max(longest), block_max(widest), s.num_ctas);
-  const int P = whole ? all.jobs : plan_ctas(all.tiles, s.num_ctas);
-  const CtaCut cut(all.tiles, P);
-  int first[kSmallJobs], splits[kSmallJobs], my_splits = 0;
   int64_t b = before.tiles;
 #pragma unroll
   for (int j = 0; j < kSmallJobs && j < warp_nj; ++j) {
     if (j < nj) {
-      first[j] = whole ? before.jobs + j : cut.cta_of(b);
-      splits[j] = whole ? 1 : cut.cta_of(b + tiles[j] - 1) - first[j] + 1;
-      my_splits += splits[j];
       sm.tile[before.jobs + j] = b;
       b += tiles[j];
     }
   }
+  __syncthreads();  // sm.tile: the tiles before each job
+  // Tiles of the jobs [j0, j1).
+  auto tiles_of = [&](int j0, int j1) { return (j1 < all.jobs ? sm.tile[j1] : all.tiles) - sm.tile[j0]; };
+  const int Pw = whole_ctas(all.jobs, s.num_ctas);
+  int64_t makespan = 0;
+  for (int c = tid; c < Pw; c += kPlanThreads)
+    makespan = max(makespan, tiles_of(whole_run_begin(c, all.jobs, Pw), whole_run_begin(c + 1, all.jobs, Pw)));
+  const bool whole = whole_jobs(block_max(makespan), all.tiles, block_max(widest), s.num_ctas);
+  const int P = whole ? Pw : plan_ctas(all.tiles, s.num_ctas);
+  const CtaCut cut(all.tiles, P);
+  int first[kSmallJobs], splits[kSmallJobs], my_splits = 0;
+  b = before.tiles;
+#pragma unroll
+  for (int j = 0; j < kSmallJobs && j < warp_nj; ++j) {
+    if (j < nj) {
+      first[j] = whole ? whole_cta_of(before.jobs + j, all.jobs, P) : cut.cta_of(b);
+      splits[j] = whole ? 1 : cut.cta_of(b + tiles[j] - 1) - first[j] + 1;
+      my_splits += splits[j];
+      b += tiles[j];
+    }
+  }
   int all_splits;
-  const int offset = block_exclusive_sum(my_splits, all_splits);  // (its barrier publishes sm.tile)
+  const int offset = block_exclusive_sum(my_splits, all_splits);
   const int part = blockIdx.x, parts = gridDim.x;
-  // CTA c starts in the last job at or before its first tile (whole jobs: job c).
+  // CTA c starts in the last job at or before its first tile (whole jobs: its run's first).
   for (int c = part * kPlanThreads + tid; c < P; c += parts * kPlanThreads) {
     int4 run;
     if (whole) {
-      run = make_int4(c, 0, int((c + 1 < all.jobs ? sm.tile[c + 1] : all.tiles) - sm.tile[c]), 0);
+      const int j0 = whole_run_begin(c, all.jobs, P), j1 = whole_run_begin(c + 1, all.jobs, P);
+      run = make_int4(j0, 0, int(tiles_of(j0, j1)), 0);
     } else {
       const int64_t g0 = cut.start(c), g1 = cut.start(c + 1);
       const int j = last_le(sm.tile, 0, all.jobs, g0);
@@ -388,7 +411,8 @@ __device__ void plan_any_batch(const MlaDecodeParams& p, const MlaDecodeSchedule
     }
     if (sweep == 0) {
       const int num_jobs = min(job0, max_jobs);
-      whole = whole_jobs(num_jobs, tiles_before, block_max(longest), block_max(widest), s.num_ctas);
+      const int most = block_max(longest), wide = block_max(widest);
+      whole = num_jobs > 0 && num_jobs <= s.num_ctas && whole_jobs(most, tiles_before, wide, s.num_ctas);
       const int P = whole ? num_jobs : plan_ctas(tiles_before, s.num_ctas);
       cut = CtaCut(tiles_before, P);
       plan_finish(s, P, num_jobs, part, parts);
