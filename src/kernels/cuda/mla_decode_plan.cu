@@ -153,7 +153,6 @@ __device__ __forceinline__ int plan_ctas(int64_t total, int num_ctas) {
 // 4096 (64 rows a job) the combine took 15 us against 175 us of attention, about five tiles' time.
 // Uniform lengths (benchmarks) meet it; mixed ones mostly not. The general path (plan_any_batch)
 // takes whole jobs only when jobs <= num_ctas (runs of one).
-__device__ __forceinline__ int whole_ctas(int jobs, int num_ctas) { return min(jobs, num_ctas); }
 __device__ __forceinline__ int whole_run_begin(int c, int jobs, int P) { return int(int64_t(c) * jobs / P); }
 __device__ __forceinline__ int whole_cta_of(int j, int jobs, int P) { return int((int64_t(j + 1) * P - 1) / jobs); }
 __device__ __forceinline__ bool whole_jobs(int64_t makespan, int64_t tiles, int widest, int num_ctas) {
@@ -221,7 +220,7 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
   __syncthreads();  // sm.tile: the tiles before each job
   // Tiles of the jobs [j0, j1).
   auto tiles_of = [&](int j0, int j1) { return (j1 < all.jobs ? sm.tile[j1] : all.tiles) - sm.tile[j0]; };
-  const int Pw = whole_ctas(all.jobs, s.num_ctas);
+  const int Pw = min(all.jobs, s.num_ctas);
   int64_t makespan = 0;
   for (int c = tid; c < Pw; c += kPlanThreads)
     makespan = max(makespan, tiles_of(whole_run_begin(c, all.jobs, Pw), whole_run_begin(c + 1, all.jobs, Pw)));
