@@ -204,30 +204,37 @@ using MemRowFn = std::function<void(const std::string&, const std::string&, doub
 // (576 + 512) FLOPs over the GEMM rate. "run" reuses the batch's plan (md.batch_id, as every layer
 // after the first does); "plan+run" plans at each call. Caches under 200 MB rotate among 4 slot sets.
 // "fp8kv": the same cache in e4m3 (half the bytes; its floor counts 576 bytes a token), at 16 heads
-// also as 64-row jobs ("fp8kv 64-row").
+// also as 64-row jobs ("fp8kv 64-row"). "ctx~N": mixed lengths, multiples of 64 from N / 4 to 7 N / 4
+// (mean about N), as a server's batch has, where the plan cuts jobs between CTAs rather than giving
+// them whole.
 void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn& flop_row) {
   struct Case {
     int64_t H, B, ctx, page;
+    bool mixed = false;
   };
   for (Case c : {Case{16, 64, 4096, 1}, Case{16, 64, 4096, 64}, Case{16, 128, 8192, 1}, Case{16, 128, 8192, 64},
                  Case{128, 64, 4096, 1}, Case{128, 64, 4096, 64}, Case{128, 1, 32768, 1}, Case{128, 1, 32768, 64},
                  Case{16, 1, 32768, 1}, Case{16, 1, 32768, 64}, Case{128, 128, 1024, 1}, Case{128, 128, 1024, 64},
                  Case{16, 32, 4096, 1}, Case{16, 32, 4096, 64}, Case{16, 128, 1024, 1}, Case{16, 128, 1024, 64},
-                 Case{16, 256, 2048, 1}, Case{16, 256, 2048, 64}, Case{16, 8, 2048, 64}}) {
-    std::string shape = fmt::format("H={} B={} ctx={} pg={}", c.H, c.B, c.ctx, c.page);
+                 Case{16, 256, 2048, 1}, Case{16, 256, 2048, 64}, Case{16, 8, 2048, 64},
+                 Case{128, 64, 4096, 64, true}, Case{16, 128, 4096, 64, true}}) {
+    std::string shape = fmt::format("H={} B={} ctx{}{} pg={}", c.H, c.B, c.mixed ? "~" : "=", c.ctx, c.page);
     if (shape.find(g_shape_filter) == std::string::npos) continue;
-    int64_t tokens = c.B * c.ctx, kv_bytes = tokens * 576 * 2;
+    std::vector<int32_t> lens(static_cast<size_t>(c.B), int32_t(c.ctx)), qs{0}, ks{0};
+    for (int64_t s = 0; s < c.B; ++s) {
+      if (c.mixed)
+        lens[size_t(s)] = int32_t(64 * (c.ctx / 256 + int64_t(hash64(7, uint64_t(s)) % uint64_t(3 * c.ctx / 128 + 1))));
+      qs.push_back(qs.back() + 1);
+      ks.push_back(ks.back() + lens[size_t(s)]);
+    }
+    const int32_t longest = *std::max_element(lens.begin(), lens.end());
+    int64_t tokens = ks.back(), kv_bytes = tokens * 576 * 2;
     int n_sets = kv_bytes < (int64_t(200) << 20) ? 4 : 1;
     Tensor cache = filled_bf16({tokens * n_sets, 576}, 4);
     Tensor q = filled_bf16({c.B, c.H, 576}, 5), out = gpu.empty(DType::BF16, {c.B, c.H, 512});
-    std::vector<int32_t> lens(static_cast<size_t>(c.B), int32_t(c.ctx)), qs{0}, ks{0};
-    for (int64_t s = 0; s < c.B; ++s) {
-      qs.push_back(qs.back() + 1);
-      ks.push_back(ks.back() + int32_t(c.ctx));
-    }
     std::vector<AttentionMetadata> mds;
     AttentionMetadata md{int32_t(c.B), gpu.to_device(Tensor::from_i32(lens)), gpu.to_device(Tensor::from_i32(qs)),
-                         gpu.to_device(Tensor::from_i32(ks)), Tensor(), int32_t(c.ctx)};
+                         gpu.to_device(Tensor::from_i32(ks)), Tensor(), longest};
     md.kv_page_size = int32_t(c.page);
     for (int set = 0; set < n_sets; ++set) {
       int64_t pages = tokens / c.page;
@@ -241,7 +248,7 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
       mds.push_back(md);
     }
     float scale = 1.0f / std::sqrt(192.0f);
-    double flops = 2.0 * c.B * c.H * c.ctx * (576 + 512);
+    double flops = 2.0 * c.H * double(tokens) * (576 + 512);
     // Variants beside the default kernel choice: 64-row jobs on the 2-stage wgmma kernel and on the
     // mma.sync kernel (H = 128), and a 16-head batch as 16-row jobs and as 64-row jobs on the paired
     // wgmma kernel (3/4 of the rows padding; the default from 128 seqs on).
