@@ -74,6 +74,15 @@ class MlaDecode : public GpuTest {
     return m;
   }
 
+  // The cache both backends read: BF16, or (kv_scale > 0) e4m3 codes of cache / kv_scale, which
+  // spread over e4m3's range as kv_store's would and which the kernels multiply by kv_scale.
+  static Tensor stored_cache(const Tensor& cache, float kv_scale) {
+    if (kv_scale <= 0) return to_dtype(cache, DType::BF16);
+    Tensor spread = Tensor::empty(DType::F32, cache.shape());
+    for (int64_t i = 0; i < cache.numel(); ++i) spread.data<float>()[i] = cache.data<float>()[i] / kv_scale;
+    return to_dtype(spread, DType::F8_E4M3);
+  }
+
   // Runs both backends on fresh inputs and returns the relative L2 error of the CUDA output.
   double check(const Batch& b, int64_t H, int force_m_tiles = 0, int64_t batch_id = 0) {
     gpu.mla_decode_plan().force_m_tiles = force_m_tiles;
@@ -86,16 +95,9 @@ class MlaDecode : public GpuTest {
     HostMd m = make_md(b, num_slots, seed + 11);
     m.dev.batch_id = batch_id;
     Tensor q = random_f32({m.T, H, 576}, seed + 1), cache = random_f32({num_slots, 576}, seed + 2);
-    // Both backends read the same cache values: BF16, or e4m3 codes (spread over e4m3's range
-    // by the 1 / kv_scale of kv_store) that the kernels multiply by kv_scale.
     const bool fp8 = fp8_kv_scale > 0;
     const float kv_scale = fp8 ? fp8_kv_scale : 1.0f;
-    Tensor stored = to_dtype(cache, DType::BF16);
-    if (fp8) {
-      Tensor spread = Tensor::empty(DType::F32, cache.shape());
-      for (int64_t i = 0; i < cache.numel(); ++i) spread.data<float>()[i] = cache.data<float>()[i] / kv_scale;
-      stored = to_dtype(spread, DType::F8_E4M3);
-    }
+    Tensor stored = stored_cache(cache, fp8_kv_scale);
     // Slots no seq owns (in pages64: the rest of each seq's last page) hold NaN.
     std::vector<bool> owned(size_t(num_slots), false);
     for (int64_t i = 0; i < m.num_kv; ++i) owned[size_t(m.host.kv_indices.data<int32_t>()[i])] = true;
@@ -286,9 +288,7 @@ TEST_F(MlaDecode, PlanRemadeWhenTheJobSizeChanges) {
   m.dev.batch_id = 77;
   Tensor q = random_f32({m.T, H, 576}, seed + 1), cache = random_f32({num_slots, 576}, seed + 2);
   const float scale = 1.0f / std::sqrt(192.0f), kv_scale = 0.25f;
-  Tensor spread = Tensor::empty(DType::F32, cache.shape());
-  for (int64_t i = 0; i < cache.numel(); ++i) spread.data<float>()[i] = cache.data<float>()[i] / kv_scale;
-  const Tensor stored_bf16 = to_dtype(cache, DType::BF16), stored_fp8 = to_dtype(spread, DType::F8_E4M3);
+  const Tensor stored_bf16 = stored_cache(cache, 0.f), stored_fp8 = stored_cache(cache, kv_scale);
   const Tensor qd = gpu.to_device(to_dtype(q, DType::BF16));
   cuda::MlaDecodePlan& plan = gpu.mla_decode_plan();
   plan.force_m_tiles = 0, plan.force_mma_sync = plan.force_two_stage = plan.force_cp_async = false;
