@@ -147,14 +147,12 @@ __device__ __forceinline__ int plan_ctas(int64_t total, int num_ctas) {
 }
 
 // Whole jobs: CTA c of P = min(num_ctas, jobs) takes jobs [c * jobs / P, (c + 1) * jobs / P) whole
-// instead of the even cut of the tiles, when its longest run (`makespan` tiles) exceeds an even
-// cut's share by at most one tile for every 16 rows of the widest job. A job cut between CTAs costs
+// (a CtaCut over jobs instead of tiles) when its longest run (`makespan` tiles) exceeds an even cut's
+// share of the tiles by at most one tile for every 16 rows of the widest job. A job cut between CTAs costs
 // its partials' stores and the combine kernel, which grow with its rows: at 128 heads, B 64, ctx
 // 4096 (64 rows a job) the combine took 15 us against 175 us of attention, about five tiles' time.
 // Uniform lengths (benchmarks) meet it; mixed ones mostly not. The general path (plan_any_batch)
 // takes whole jobs only when jobs <= num_ctas (runs of one).
-__device__ __forceinline__ int whole_run_begin(int c, int jobs, int P) { return int(int64_t(c) * jobs / P); }
-__device__ __forceinline__ int whole_cta_of(int j, int jobs, int P) { return int((int64_t(j + 1) * P - 1) / jobs); }
 __device__ __forceinline__ bool whole_jobs(int64_t makespan, int64_t tiles, int widest, int num_ctas) {
   const int P = plan_ctas(tiles, num_ctas);
   return P > 0 && makespan - (tiles + P - 1) / P <= (widest + 15) / 16;
@@ -220,19 +218,19 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
   __syncthreads();  // sm.tile: the tiles before each job
   // Tiles of the jobs [j0, j1).
   auto tiles_of = [&](int j0, int j1) { return (j1 < all.jobs ? sm.tile[j1] : all.tiles) - sm.tile[j0]; };
-  const int Pw = min(all.jobs, s.num_ctas);
+  const CtaCut runs(all.jobs, min(all.jobs, s.num_ctas));  // whole jobs: CTA c's are [start(c), start(c + 1))
   int64_t makespan = 0;
-  for (int c = tid; c < Pw; c += kPlanThreads)
-    makespan = max(makespan, tiles_of(whole_run_begin(c, all.jobs, Pw), whole_run_begin(c + 1, all.jobs, Pw)));
+  for (int c = tid; c < runs.P; c += kPlanThreads)
+    makespan = max(makespan, tiles_of(int(runs.start(c)), int(runs.start(c + 1))));
   const bool whole = whole_jobs(block_max(makespan), all.tiles, block_max(widest), s.num_ctas);
-  const int P = whole ? Pw : plan_ctas(all.tiles, s.num_ctas);
+  const int P = whole ? runs.P : plan_ctas(all.tiles, s.num_ctas);
   const CtaCut cut(all.tiles, P);
   int first[kSmallJobs], splits[kSmallJobs], my_splits = 0;
   b = before.tiles;
 #pragma unroll
   for (int j = 0; j < kSmallJobs && j < warp_nj; ++j) {
     if (j < nj) {
-      first[j] = whole ? whole_cta_of(before.jobs + j, all.jobs, P) : cut.cta_of(b);
+      first[j] = whole ? runs.cta_of(before.jobs + j) : cut.cta_of(b);
       splits[j] = whole ? 1 : cut.cta_of(b + tiles[j] - 1) - first[j] + 1;
       my_splits += splits[j];
       b += tiles[j];
@@ -245,7 +243,7 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
   for (int c = part * kPlanThreads + tid; c < P; c += parts * kPlanThreads) {
     int4 run;
     if (whole) {
-      const int j0 = whole_run_begin(c, all.jobs, P), j1 = whole_run_begin(c + 1, all.jobs, P);
+      const int j0 = int(runs.start(c)), j1 = int(runs.start(c + 1));
       run = make_int4(j0, 0, int(tiles_of(j0, j1)), 0);
     } else {
       const int64_t g0 = cut.start(c), g1 = cut.start(c + 1);
