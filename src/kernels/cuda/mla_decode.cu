@@ -36,6 +36,7 @@ namespace {
 
 using namespace mla;
 using mma::cp_async16;
+using mma::fast_exp2;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
 using mma::ldsm_x4;
@@ -304,15 +305,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int w = 0; w < WN; ++w) tm = fmaxf(tm, s_red[w * M + r]);
       float m_new = fmaxf(m_run[h], tm);
       m_use[h] = m_new == -INFINITY ? 0.f : m_new;  // a row with no key yet: keep everything 0
-      float alpha = exp2f(m_run[h] - m_use[h]);
+      float alpha = fast_exp2(m_run[h] - m_use[h]);
       m_run[h] = m_new;
       l_run[h] *= alpha;
       if (warp_n == 0 && t4 == 0) s_alpha[r] = alpha;
     }
 #pragma unroll
     for (int nt = 0; nt < NTS; ++nt) {
-      float p0 = exp2f(acc_s[nt][0] - m_use[0]), p1 = exp2f(acc_s[nt][1] - m_use[0]);
-      float p2 = exp2f(acc_s[nt][2] - m_use[1]), p3 = exp2f(acc_s[nt][3] - m_use[1]);
+      float p0 = fast_exp2(acc_s[nt][0] - m_use[0]), p1 = fast_exp2(acc_s[nt][1] - m_use[0]);
+      float p2 = fast_exp2(acc_s[nt][2] - m_use[1]), p3 = fast_exp2(acc_s[nt][3] - m_use[1]);
       l_run[0] += p0 + p1;
       l_run[1] += p2 + p3;
       int col = warp_n * KW + nt * 8 + 2 * t4, r = warp_m * 16 + g;
@@ -471,7 +472,7 @@ __global__ void __launch_bounds__(kCombineMaxWarps * 32)
   for (int i = 0; i < S; ++i) mx = fmaxf(mx, warp_max[lr * S + i]);
   // A split whose rows saw no key has lse -inf and weight 0: skipped below, whatever its o holds.
   if (has_row)
-    for (int k = sg * 32 + lane; k < n; k += S * 32) w[k] = w[k] == -INFINITY ? 0.f : exp2f(w[k] - mx);
+    for (int k = sg * 32 + lane; k < n; k += S * 32) w[k] = w[k] == -INFINITY ? 0.f : fast_exp2(w[k] - mx);
   __syncthreads();
   float4 acc[4] = {};
   float sum = 0;

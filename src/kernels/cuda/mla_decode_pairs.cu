@@ -46,6 +46,7 @@ namespace {
 
 using namespace mla;
 using mma::cp_async16;
+using mma::fast_exp2;
 using mma::pack_bf16;
 
 constexpr int kThreads = 256, kM = 64, kBlocks = kD / 64;  // 9 blocks of 64 columns a row
@@ -257,24 +258,32 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::fence_operand(sc);
     }
   };
-  // Masks the scores of `tile` (keys past a row's visible count, all of them if !present) into the
-  // log2 domain; returns the row maxima of rows r0 and r0 + 8.
-  auto mask_scale = [&](float (&sc)[32], int tile, bool present, const int (&vis)[2], float (&mx)[2]) {
-    const int key0 = tile * kBN + 2 * t4;
+  // Masks the raw scores of `tile` (keys past a row's visible count, all of them if !present) to
+  // -inf; returns the row maxima of rows r0 and r0 + 8 in the log2 domain (scale_log2 > 0, so the
+  // maximum of the raw scores scales to the maximum of the scaled ones). Tiles every row sees whole
+  // (all but a job's last in decode) skip the compares.
+  auto mask_max = [&](float (&sc)[32], int tile, bool present, const int (&vis)[2], float (&mx)[2]) {
     mx[0] = mx[1] = -INFINITY;
+    if (present && (tile + 1) * kBN <= min(vis[0], vis[1])) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int h = (i >> 1) & 1, key = key0 + (i / 4) * 8 + (i & 1);
-      sc[i] = present && key < vis[h] ? sc[i] * scale_log2 : -INFINITY;
-      mx[h] = fmaxf(mx[h], sc[i]);
+      for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
+    } else {
+      const int key0 = tile * kBN + 2 * t4;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int h = (i >> 1) & 1, key = key0 + (i / 4) * 8 + (i & 1);
+        if (!(present && key < vis[h])) sc[i] = -INFINITY;
+        mx[h] = fmaxf(mx[h], sc[i]);
+      }
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 1));
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
+      mx[h] *= scale_log2;
     }
   };
-  // sc = exp2(sc - m) (0 for a row that has seen no key yet); adds the row sums to l.
+  // sc = 2^(sc scale_log2 - m) (0 for a row that has seen no key yet); adds the row sums to l.
   auto exponentiate = [&](float (&sc)[32], const float (&m)[2], float (&l)[2]) {
     float m_use[2];
 #pragma unroll
@@ -282,12 +291,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int h = (i >> 1) & 1;
-      sc[i] = exp2f(sc[i] - m_use[h]);
+      sc[i] = fast_exp2(fmaf(sc[i], scale_log2, -m_use[h]));
       l[h] += sc[i];
     }
   };
   // e^(from - to) in the log2 domain, 0 when `to` is still -inf (nothing to keep).
-  auto rescale_of = [](float from, float to) { return exp2f(from - (to == -INFINITY ? 0.f : to)); };
+  auto rescale_of = [](float from, float to) { return fast_exp2(from - (to == -INFINITY ? 0.f : to)); };
+  // o *= its rows' factors, skipped where the whole warp's are 1 (the running max held: most tiles
+  // once a job is under way), which leaves o bit for bit as the multiply would.
+  auto rescale_o = [&](float (&acc)[128], const float (&f)[2]) {
+    if (__all_sync(0xffffffff, f[0] == 1.f && f[1] == 1.f)) return;
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] *= f[(i >> 1) & 1];
+  };
 
   Cursor cursor{cta.x, cta.y, cta.z};
   Pair cur = take_pair(p, jobs, cursor);
@@ -319,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       scores(sK0, bars0, parity, sc);
       zero_rows_past_end(sK0, cur, cur.tile);
       float mx[2], scale0[2];
-      mask_scale(sc, cur.tile, true, vis, mx);
+      mask_max(sc, cur.tile, true, vis, mx);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float m0 = fmaxf(m_run[h], mx[h]);
@@ -334,8 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       bar_arrive(kBarScale0, kThreads);
       exponentiate(sc, m_run, l_run);
       pack_p(sc, pa);
-#pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] *= scale0[(i >> 1) & 1];
+      rescale_o(o, scale0);
       wgmma::fence();
 #pragma unroll
       for (int ks = 0; ks < kBN / 16; ++ks)
@@ -351,13 +366,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       bar_sync(kBarScale1, kThreads);
       const float scale1[2] = {s_scale[kM + r0], s_scale[kM + r0 + 8]};
       m_run[0] = s_max[kM + r0], m_run[1] = s_max[kM + r0 + 8];
-      store_p<true>(smem + Smem::k0 + 8 * kBlockBytes, r0, t4, pa, scale1);
+      if (__all_sync(0xffffffff, scale1[0] == 1.f && scale1[1] == 1.f))
+        store_p<false>(smem + Smem::k0 + 8 * kBlockBytes, r0, t4, pa, scale1);
+      else
+        store_p<true>(smem + Smem::k0 + 8 * kBlockBytes, r0, t4, pa, scale1);
       wgmma::fence_async_smem();
       bar_arrive(kBarP0, kThreads);
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] *= scale1[h];
-#pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] *= scale1[(i >> 1) & 1];
+      rescale_o(o, scale1);
       bar_sync(kBarP1, kThreads);
       wgmma::fence();
 #pragma unroll
@@ -377,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       scores(sK1, bars1, parity, sc);
       if (cur.two) zero_rows_past_end(sK1, cur, cur.tile + 1);
       float mx[2], scale01[2];
-      mask_scale(sc, cur.tile + 1, cur.two, vis, mx);
+      mask_max(sc, cur.tile + 1, cur.two, vis, mx);
       bar_sync(kBarScale0, kThreads);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -395,8 +412,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       store_p<false>(smem + Smem::k1 + 8 * kBlockBytes, r0, t4, pa, scale01);
       wgmma::fence_async_smem();
       bar_arrive(kBarP1, kThreads);
-#pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] *= scale01[(i >> 1) & 1];
+      rescale_o(o, scale01);
       // k0 first: the next pair needs it first
       bar_sync(kBarP0, kThreads);
       wgmma::fence();

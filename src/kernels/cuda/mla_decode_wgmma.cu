@@ -28,6 +28,7 @@ namespace {
 
 using namespace mla;
 using mma::cp_async16;
+using mma::fast_exp2;
 using mma::pack_bf16;
 
 constexpr int kThreads = 256, kM = 64;
@@ -177,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
         const float m_new = fmaxf(m_run[h], mx[h]);
         m_use[h] = m_new == -INFINITY ? 0.f : m_new;  // a row with no key yet: keep everything 0
-        alpha[h] = exp2f(m_run[h] - m_use[h]);
+        alpha[h] = fast_exp2(m_run[h] - m_use[h]);
         m_run[h] = m_new;
         l_run[h] *= alpha[h];
       }
@@ -186,8 +187,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
       uint32_t pa[4][4];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float p0 = exp2f(sc[4 * j] - m_use[0]), p1 = exp2f(sc[4 * j + 1] - m_use[0]);
-        const float p2 = exp2f(sc[4 * j + 2] - m_use[1]), p3 = exp2f(sc[4 * j + 3] - m_use[1]);
+        const float p0 = fast_exp2(sc[4 * j] - m_use[0]), p1 = fast_exp2(sc[4 * j + 1] - m_use[0]);
+        const float p2 = fast_exp2(sc[4 * j + 2] - m_use[1]), p3 = fast_exp2(sc[4 * j + 3] - m_use[1]);
         l_run[0] += p0 + p1;
         l_run[1] += p2 + p3;
         pa[j / 2][(j % 2) * 2] = pack_bf16(p0, p1);
