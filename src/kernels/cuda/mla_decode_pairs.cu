@@ -356,22 +356,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int ks = 0; ks < kBN / 16; ++ks)
         wgmma::mma_m64n256k16_rs<1>(o, pa[ks], wgmma::desc_sw128(sK0 + ks * 16 * 128, kBlockBytes, 1024), true);
       wgmma::commit();
+
+      // ---- P0 e^(m0 - m1) for wg1 while P0 V0_L runs (which only reads pa): wg1's P V wait on it.
+      // Straight-line code until the wait below, so that ptxas keeps o in flight.
+      bar_sync(kBarScale1, kThreads);
+      const float scale1[2] = {s_scale[kM + r0], s_scale[kM + r0 + 8]};
+      m_run[0] = s_max[kM + r0], m_run[1] = s_max[kM + r0 + 8];
+      store_p<true>(smem + Smem::k0 + 8 * kBlockBytes, r0, t4, pa, scale1);
+      wgmma::fence_async_smem();
+      bar_arrive(kBarP0, kThreads);
       wgmma::wait<0>();
       wgmma::fence_operand(o);
       if (nxt.valid)
 #pragma unroll
         for (int blk = 0; blk < 4; ++blk) load_block(sK0, bars0, blk, next_first);
 
-      // ---- P0 e^(m0 - m1) for wg1, then O_L = O_L e^(m0 - m1) + P1 V1_L
-      bar_sync(kBarScale1, kThreads);
-      const float scale1[2] = {s_scale[kM + r0], s_scale[kM + r0 + 8]};
-      m_run[0] = s_max[kM + r0], m_run[1] = s_max[kM + r0 + 8];
-      if (__all_sync(0xffffffff, scale1[0] == 1.f && scale1[1] == 1.f))
-        store_p<false>(smem + Smem::k0 + 8 * kBlockBytes, r0, t4, pa, scale1);
-      else
-        store_p<true>(smem + Smem::k0 + 8 * kBlockBytes, r0, t4, pa, scale1);
-      wgmma::fence_async_smem();
-      bar_arrive(kBarP0, kThreads);
+      // ---- O_L = O_L e^(m0 - m1) + P1 V1_L
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] *= scale1[h];
       rescale_o(o, scale1);
