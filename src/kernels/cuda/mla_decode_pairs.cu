@@ -235,9 +235,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kTma) zero_tile_rows_from(smem + (tile_smem - sQ), pr.num_keys - t * kBN, tid % 128, 128);
   };
 
-  // S = Q K^T over the tile at sK in two steps, blocks 0-3 (loaded earlier in the pair) and 4-8.
-  // No MMA is in flight across a barrier wait: ptxas serializes every wgmma of a kernel that keeps
-  // accumulators in flight across a branch, which the wait loop is.
+  // S = Q K^T over the tile at sK in two commit groups, blocks 0-3 (loaded earlier in the pair) and
+  // 4-8, whose barriers are waited while the first group runs. ptxas keeps the wgmma pipeline across
+  // that wait loop; it reports (C7518) where a branch would make it serialize them.
   auto scores = [&](uint32_t sK, uint32_t bars, uint32_t parity, float (&sc)[32]) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -254,9 +254,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                                      b > 0 || k > 0);
         }
       wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operand(sc);
     }
+    wgmma::wait<0>();
+    wgmma::fence_operand(sc);
   };
   // Masks the raw scores of `tile` (keys past a row's visible count, all of them if !present) to
   // -inf; returns the row maxima of rows r0 and r0 + 8 in the log2 domain (scale_log2 > 0, so the
