@@ -109,24 +109,26 @@ __device__ __forceinline__ void pack_p(const float (&sc)[32], uint32_t (&pa)[4][
   }
 }
 
-// Stores P (fragments pa of rows r0 and r0 + 8, times mul[0] / mul[1] when kScale) as a K-major
-// [64 rows, 64 keys] block in the 128-byte swizzle layout, for the other warpgroup's A operand.
+// Stores P (fragments pa of this warp's 16 rows, times mul[0] / mul[1] for rows r0 / r0 + 8 when
+// kScale) as a K-major [64 rows, 64 keys] block in the 128-byte swizzle layout, for the other
+// warpgroup's A operand. pa[k] holds keys 16 k..16 k + 15 of rows r0 and r0 + 8 as four 8x8
+// matrices (keys 16 k.. / 16 k + 8.. times rows r0 / r0 + 8): one stmatrix each k.
 template <bool kScale>
-__device__ __forceinline__ void store_p(uint8_t* block, int r0, int t4, const uint32_t (&pa)[4][4],
-                                        const float (&mul)[2]) {
-  const int rb = r0 * 128 + t4 * 4;
+__device__ __forceinline__ void store_p(uint32_t block, int tid, const uint32_t (&pa)[4][4], const float (&mul)[2]) {
+  const int lane = tid % 32, row = (tid % 128) / 32 * 16 + (lane >> 3 & 1) * 8 + (lane & 7);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const uint32_t chunk = (j ^ (r0 & 7)) * 16;
+  for (int k = 0; k < 4; ++k) {
+    uint32_t v[4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint32_t v = pa[j / 2][(j % 2) * 2 + h];
+    for (int i = 0; i < 4; ++i) {
+      v[i] = pa[k][i];
       if constexpr (kScale) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
-        v = pack_bf16(f.x * mul[h], f.y * mul[h]);
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[i]));
+        v[i] = pack_bf16(f.x * mul[i & 1], f.y * mul[i & 1]);
       }
-      *reinterpret_cast<uint32_t*>(block + rb + h * 8 * 128 + chunk) = v;
     }
+    const int chunk = 2 * k + (lane >> 4);
+    mma::stsm_x4(block + row * 128 + ((chunk ^ (lane & 7)) * 16), v);
   }
 }
 
@@ -362,7 +364,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       bar_sync(kBarScale1, kThreads);
       const float scale1[2] = {s_scale[kM + r0], s_scale[kM + r0 + 8]};
       m_run[0] = s_max[kM + r0], m_run[1] = s_max[kM + r0 + 8];
-      store_p<true>(smem + Smem::k0 + 8 * kBlockBytes, r0, t4, pa, scale1);
+      store_p<true>(sK0 + 8 * kBlockBytes, tid, pa, scale1);
       wgmma::fence_async_smem();
       bar_arrive(kBarP0, kThreads);
       wgmma::wait<0>();
@@ -409,7 +411,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       bar_arrive(kBarScale1, kThreads);
       exponentiate(sc, m_run, l_run);
       pack_p(sc, pa);
-      store_p<false>(smem + Smem::k1 + 8 * kBlockBytes, r0, t4, pa, scale01);
+      store_p<false>(sK1 + 8 * kBlockBytes, tid, pa, scale01);
       wgmma::fence_async_smem();
       bar_arrive(kBarP1, kThreads);
       rescale_o(o, scale01);

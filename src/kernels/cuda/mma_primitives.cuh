@@ -59,6 +59,14 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
+// Four 8x8 b16 matrices to shared memory: r[i] is matrix i's fragment (row lane / 4, columns
+// 2 (lane % 4)..+1, the mma accumulator layout packed); lanes 8 i..8 i + 7 give matrix i's row addresses.
+__device__ __forceinline__ void stsm_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 // d += a · b: a 16x16 row-major (4 regs), b 16x8 column-major (2 regs), d 16x8 fp32.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
