@@ -31,6 +31,7 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mbarrier.cuh"
@@ -237,23 +238,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kTma) zero_tile_rows_from(smem + (tile_smem - sQ), pr.num_keys - t * kBN, tid % 128, 128);
   };
 
-  // S = Q K^T over the tile at sK in two commit groups, blocks 0-3 (loaded earlier in the pair) and
-  // 4-8, whose barriers are waited while the first group runs. ptxas keeps the wgmma pipeline across
-  // that wait loop; it reports (C7518) where a branch would make it serialize them.
-  auto scores = [&](uint32_t sK, uint32_t bars, uint32_t parity, float (&sc)[32]) {
+  // S = Q K^T over the tile at sK in two commit groups: four blocks from `first` (the ones refilled
+  // earliest: 0-3 of k0 by wg0 after P0 V0_L, 4-7 of k1 by wg1 after its P V), then the other five,
+  // whose barriers are waited while the first group runs. ptxas keeps the wgmma pipeline across that
+  // wait loop; it reports (C7518) where a branch would make it serialize them.
+  auto scores = [&](uint32_t sK, uint32_t bars, uint32_t parity, float (&sc)[32], auto first) {
+    constexpr int kFirst = decltype(first)::value;
+    auto block_of = [](int i) { return i < 4 ? kFirst + i : kFirst == 0 ? i : i == 8 ? 8 : i - 4; };
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int b0 = half ? 4 : 0, b1 = half ? kBlocks : 4;
-      for (int b = b0; b < b1; ++b) mbar::wait(bars + b * 8, parity);
+      const int i0 = half ? 4 : 0, i1 = half ? kBlocks : 4;
+      for (int i = i0; i < i1; ++i) mbar::wait(bars + block_of(i) * 8, parity);
       wgmma::fence_async_smem();  // the copies landed through the generic proxy; wgmma reads through the async one
       wgmma::fence();
 #pragma unroll
-      for (int b = b0; b < b1; ++b)
+      for (int i = i0; i < i1; ++i)
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const uint32_t off = b * kBlockBytes + k * 32;
+          const uint32_t off = block_of(i) * kBlockBytes + k * 32;
           wgmma::mma_m64n64k16_ss<0>(sc, wgmma::desc_sw128(sQ + off, 16, 1024), wgmma::desc_sw128(sK + off, 16, 1024),
-                                     b > 0 || k > 0);
+                                     i > 0 || k > 0);
         }
       wgmma::commit();
     }
@@ -334,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t pa[4][4];
     if (wg == 0) {
       // ---- S0, its softmax, then O_L = O_L e^(m - m0) + P0 V0_L
-      scores(sK0, bars0, parity, sc);
+      scores(sK0, bars0, parity, sc, std::integral_constant<int, 0>{});
       zero_rows_past_end(sK0, cur, cur.tile);
       float mx[2], scale0[2];
       mask_max(sc, cur.tile, true, vis, mx);
@@ -393,7 +397,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     } else {
       // ---- S1 and its softmax given m0, then O_R = O_R e^(m - m1) + (P0 e^(m0 - m1)) V0_R + P1 V1_R
-      scores(sK1, bars1, parity, sc);
+      scores(sK1, bars1, parity, sc, std::integral_constant<int, 4>{});
       if (cur.two) zero_rows_past_end(sK1, cur, cur.tile + 1);
       float mx[2], scale01[2];
       mask_max(sc, cur.tile + 1, cur.two, vis, mx);
@@ -415,28 +419,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::fence_async_smem();
       bar_arrive(kBarP1, kThreads);
       rescale_o(o, scale01);
-      // k0 first: the next pair needs it first
-      bar_sync(kBarP0, kThreads);
+      // P1 V1_R first (its P is here), then P0 V0_R once wg0 has written P0
       wgmma::fence();
-#pragma unroll
-      for (int ks = 0; ks < kBN / 16; ++ks)
-        wgmma::mma_m64n256k16_ss<1>(o, wgmma::desc_sw128(sK0 + 8 * kBlockBytes + ks * 32, 16, 1024),
-                                    wgmma::desc_sw128(sK0 + 4 * kBlockBytes + ks * 16 * 128, kBlockBytes, 1024), true);
-      wgmma::commit();
 #pragma unroll
       for (int ks = 0; ks < kBN / 16; ++ks)
         wgmma::mma_m64n256k16_rs<1>(
             o, pa[ks], wgmma::desc_sw128(sK1 + 4 * kBlockBytes + ks * 16 * 128, kBlockBytes, 1024), true);
       wgmma::commit();
+      bar_sync(kBarP0, kThreads);
+#pragma unroll
+      for (int ks = 0; ks < kBN / 16; ++ks)
+        wgmma::mma_m64n256k16_ss<1>(o, wgmma::desc_sw128(sK0 + 8 * kBlockBytes + ks * 32, 16, 1024),
+                                    wgmma::desc_sw128(sK0 + 4 * kBlockBytes + ks * 16 * 128, kBlockBytes, 1024), true);
+      wgmma::commit();
       wgmma::wait<1>();
       if (nxt.valid)
 #pragma unroll
-        for (int blk = 4; blk < 9; ++blk) load_block(sK0, bars0, blk, next_first);
+        for (int blk = 4; blk < 8; ++blk) load_block(sK1, bars1, blk, next_second);
       wgmma::wait<0>();
       wgmma::fence_operand(o);
       if (nxt.valid)
 #pragma unroll
-        for (int blk = 4; blk < 8; ++blk) load_block(sK1, bars1, blk, next_second);
+        for (int blk = 4; blk < 9; ++blk) load_block(sK0, bars0, blk, next_first);
     }
 
     if (cur.last) {
