@@ -20,6 +20,9 @@
 // next pair right after its MMAs over it finish, so loads run a pair ahead with no block-wide wait:
 //   k0 blocks 0-3: wg0 after P0 V0_L; 4-8: wg1 after P0 V0_R (block 8 then holds P0).
 //   k1 blocks 0-3 and 8: wg0 after P1 V1_L (block 8 holds P1); 4-7: wg1 after P1 V1_R.
+// The order follows the refills: wg1 runs P1 V1_R before P0 V0_R, and S0 takes k0's blocks 0-3 first,
+// S1 k1's blocks 4-7 first (the blocks each warpgroup freed earliest). wg0 writes P0 for wg1 while
+// its own P0 V0_L runs, since wg1's P V wait on it.
 // A pair is two tiles of one job; at a job's end (or the CTA's) the second may be absent: its keys
 // are masked, and its slots load as zeros (cp.async) or keep the finite values they hold (TMA).
 //
