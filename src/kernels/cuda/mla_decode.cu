@@ -36,9 +36,9 @@ namespace {
 
 using namespace mla;
 using mma::cp_async16;
-using mma::fast_exp2;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
+using mma::fast_exp2;
 using mma::ldsm_x4;
 using mma::mma_bf16;
 using mma::pack_bf16;
