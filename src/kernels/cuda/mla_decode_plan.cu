@@ -147,12 +147,12 @@ __device__ __forceinline__ int plan_ctas(int64_t total, int num_ctas) {
 }
 
 // Whole jobs: CTA c of P = min(num_ctas, jobs) takes jobs [c * jobs / P, (c + 1) * jobs / P) whole
-// (a CtaCut over jobs instead of tiles) when its longest run (`makespan` tiles) exceeds an even cut's
-// share of the tiles by at most one tile for every 16 rows of the widest job. A job cut between CTAs costs
-// its partials' stores and the combine kernel, which grow with its rows: at 128 heads, B 64, ctx
-// 4096 (64 rows a job) the combine took 15 us against 175 us of attention, about five tiles' time.
-// Uniform lengths (benchmarks) meet it; mixed ones mostly not. The general path (plan_any_batch)
-// takes whole jobs only when jobs <= num_ctas (runs of one).
+// (a CtaCut over jobs instead of tiles) when its longest run (`makespan` tiles) exceeds an even
+// cut's share of the tiles by at most one tile for every 16 rows of the widest job. A job cut
+// between CTAs costs its partials' stores and the combine kernel, which grow with its rows: at 128
+// heads, B 64, ctx 4096 (64 rows a job) the combine took 15 us against 175 us of attention, about
+// five tiles' time. Uniform lengths (benchmarks) meet it; mixed ones mostly not. The general path
+// (plan_any_batch) takes whole jobs only when jobs <= num_ctas (runs of one).
 __device__ __forceinline__ bool whole_jobs(int64_t makespan, int64_t tiles, int widest, int num_ctas) {
   const int P = plan_ctas(tiles, num_ctas);
   return P > 0 && makespan - (tiles + P - 1) / P <= (widest + 15) / 16;
