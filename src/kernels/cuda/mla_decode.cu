@@ -107,10 +107,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
   }
-  pdl_wait_and_trigger();
+  // Everything but Q was written before the kernel before this one (the plan, when it ran in an
+  // earlier layer; the seqs' keys and slots): with the plan settled, the first tile's loads start
+  // before the PDL wait, overlapping that kernel (absorb_q), and only Q waits for it.
+  if (!s.plan_settled) pdl_wait_and_trigger();
   const int4 cta = reinterpret_cast<const int4*>(s.ctas)[blockIdx.x];
   const int count = cta.z;
-  if (count == 0) return;
+  if (count == 0) {
+    if (s.plan_settled) pdl_wait_and_trigger();  // every CTA waits before it ends (pdl.cuh)
+    return;
+  }
   const Job* jobs = reinterpret_cast<const Job*>(s.jobs);
   const bf16* q = static_cast<const bf16*>(p.q);
   // Scores and outputs carry the cache scale (the cache holds latent / kv_scale).
@@ -189,7 +195,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t qf[kQRegSteps > 0 ? kQRegSteps : 1][4];
   bool q_loaded = false;  // qf holds the current job's queries
 
-  load_q(job);
   load_kv(slot_of(job, tile), 0);
   cp_async_commit();
   int slot_next = -1;  // this thread's slot in the tile after the current one, loaded a tile early
@@ -199,6 +204,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     advance(i1, j1, t1);
     slot_next = slot_of(j1, t1);
   }
+  if (s.plan_settled) pdl_wait_and_trigger();
+  load_q(job);
+  cp_async_commit();  // the loop's first wait<1> leaves only its own group (the second tile) in flight
 
   for (int n = 0; n < count; ++n) {
     const int stage = n & 1;
@@ -444,18 +452,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int MT>
 __global__ void __launch_bounds__(kCombineMaxWarps * 32)
     mla_decode_combine_kernel(MlaDecodeParams p, MlaDecodeSchedule s, int S) {
-  pdl_wait_and_trigger();
   constexpr int M = 16 * MT, kRed = kL + 4, KB = kCombineBatch;
   extern __shared__ float combine_smem[];
   __shared__ float warp_max[kCombineMaxWarps];
+  // The plan ran before the attention kernel (the kernel before this one), and the seqs' metadata
+  // before both: the job and the row's place are read before the PDL wait, only the partials after.
   const int j = blockIdx.x;
-  if (j >= *s.num_jobs) return;
-  const Job job = reinterpret_cast<const Job*>(s.jobs)[j];
-  if (job.num_splits <= 1) return;
+  const Job job = j < *s.num_jobs ? reinterpret_cast<const Job*>(s.jobs)[j] : Job{};
   const int RB = int(blockDim.x) / 32 / S, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int lr = warp / S, sg = warp % S, r = blockIdx.y * RB + lr, n = job.num_splits;
   const bool has_row = r < job.num_rows;  // warp-uniform: a warp without one still meets the barriers
-  const RowPlace rp = place_row(p, job, has_row ? r : 0);  // its loads overlap the ones below
+  const RowPlace rp = place_row(p, job, has_row ? r : 0);
+  pdl_wait_and_trigger();  // before any return: every CTA waits before it ends (pdl.cuh)
+  if (n <= 1) return;
   float* red = combine_smem;
   float* w = red + RB * (S - 1) * kRed + lr * s.num_ctas;
   const float* lse = s.partial_lse + int64_t(job.split_offset) * M + r;

@@ -71,6 +71,9 @@ struct MlaDecodeSchedule {
   int max_jobs = 0, num_ctas = 0, m_tiles = 1;  // rows per job = 16 * m_tiles
   bool wgmma = true;  // 64-row jobs on warpgroup MMA rather than mma.sync
   bool pairs = true;  // BF16 caches: the paired kernel (mla_decode_pairs.cu) rather than the 2-stage one
+  // The plan kernel ran before the kernel that precedes this launch (an earlier layer planned this
+  // batch), so the attention kernel may read the plan before its PDL wait.
+  bool plan_settled = false;
 };
 
 void launch_mla_decode_plan(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream);

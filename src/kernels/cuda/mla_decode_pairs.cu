@@ -170,10 +170,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   __syncthreads();
-  pdl_wait_and_trigger();
+  // As the 16-row kernel (mla_decode.cu): with the plan settled, the first pair's tiles load before
+  // the PDL wait and only Q waits for it.
+  if (!s.plan_settled) pdl_wait_and_trigger();
 
   const int4 cta = reinterpret_cast<const int4*>(s.ctas)[blockIdx.x];
-  if (cta.z == 0) return;
+  if (cta.z == 0) {
+    if (s.plan_settled) pdl_wait_and_trigger();  // every CTA waits before it ends (pdl.cuh)
+    return;
+  }
   const Job* jobs = reinterpret_cast<const Job*>(s.jobs);
   const bf16* q = static_cast<const bf16*>(p.q);
   const uint8_t* cache = static_cast<const uint8_t*>(p.cache);
@@ -316,7 +321,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   Cursor cursor{cta.x, cta.y, cta.z};
   Pair cur = take_pair(p, jobs, cursor);
-  load_q(jobs[cur.job_idx]);
   uint32_t q_parity = 0;
   {
     const Slots a = slots_of(cur, 0), b = slots_of(cur, 1);
@@ -327,6 +331,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if ((blk < 4 || blk == 8) == (wg == 0)) load_block(sK1, bars1, blk, b);
     }
   }
+  if (s.plan_settled) pdl_wait_and_trigger();
+  load_q(jobs[cur.job_idx]);
   int vis[2] = {visible_of(jobs[cur.job_idx], r0), visible_of(jobs[cur.job_idx], r0 + 8)};
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   float o[128];

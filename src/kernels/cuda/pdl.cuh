@@ -3,10 +3,13 @@
 // before pdl_wait() (reading weights, which no kernel of a forward writes) overlap that kernel.
 //
 // The contract, for every kernel launched with launch_pdl: call pdl_wait() before reading anything
-// an earlier kernel wrote and before writing anything. pdl_wait() returns once the previous grid
-// has completed and its writes are visible (and at once for kernels launched the ordinary way), so
-// the stream order still holds transitively. pdl_trigger() lets the next kernel be scheduled;
-// kernels call it right after their wait, so at most two grids of a stream overlap.
+// the kernel just before wrote and before writing anything, and in every CTA before it ends (also a
+// CTA with nothing to do). pdl_wait() returns once the previous grid has completed and its writes
+// are visible (and at once for kernels launched the ordinary way), so a grid's end means the one
+// before it ended, and the stream order holds transitively. pdl_trigger() lets the next kernel be
+// scheduled; kernels call it right after their wait, so at most two grids of a stream overlap, and
+// a kernel that starts has every kernel two or more launches back complete: what those wrote (the
+// MLA decode plan of an earlier layer, this step's cache rows) may be read before the wait.
 //
 // MLASERVE_DISABLE_PDL=1 in the environment launches everything the ordinary way (for A/B runs).
 #pragma once
