@@ -189,7 +189,7 @@ TEST_F(Moe, ExpertsMatchTheReference) {
                                     {8, 2, 200, 320, {700}},
                                     {256, 8, 128, 64, {2, 37, 500}},
                                     // V3's routed experts and its shared one fused in (8 + 1 slots)
-                                    {257, 9, 128, 64, {2, 37, 500}}};
+                                    {257, 9, 128, 64, {1, 2, 37, 500}}};
   cuda::MoeRunner& runner = gpu.moe_runner();
   const int default_max_pairs = runner.decode_max_pairs;
   const bool default_grouped = runner.grouped_gemm;
@@ -233,6 +233,15 @@ TEST_F(Moe, ExpertsMatchTheReference) {
           gpu.moe_experts(xd.narrow(1, 0, c.H), ids_d, w_d, dev, again);
           Tensor got2 = gpu.to_host(again);
           EXPECT_EQ(std::memcmp(got.raw(), got2.raw(), got.nbytes()), 0) << "E=" << c.E << " T=" << T;
+          if (path == Path::decode && T == 1) {
+            // Down and the combine in one launch give the bits of the two launches.
+            runner.fuse_one_token_down = false;
+            Tensor apart = poisoned(gpu, DType::BF16, {T, c.H});
+            gpu.moe_experts(xd.narrow(1, 0, c.H), ids_d, w_d, dev, apart);
+            runner.fuse_one_token_down = true;
+            Tensor got3 = gpu.to_host(apart);
+            EXPECT_EQ(std::memcmp(got.raw(), got3.raw(), got.nbytes()), 0) << "E=" << c.E << " k=" << c.k;
+          }
         }
       }
   }

@@ -54,11 +54,11 @@ void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, 
   int64_t S = p.num_seqs, H = p.num_heads;
   // The device plan depends on the job size, which depends on the cache's dtype and layout too.
   int mt = force_m_tiles ? force_m_tiles : pick_m_tiles(T, S, H, p.cache_fp8, p.cache_tma);
-  sched_.plan_settled = true;
-  if (batch_id != 0 && batch_id == batch_id_ && T == tokens_ && S == seqs_ && H == heads_ &&
-      p.seq_lens == seq_lens_ && p.query_start == query_start_ && mt == sched_.m_tiles)
-    return;
-  sched_.plan_settled = false;  // the plan kernel is the one before the attention kernel
+  // Reused, the plan was written by an earlier launch; planned now, the plan kernel is the one
+  // right before the attention kernel.
+  sched_.plan_settled = batch_id != 0 && batch_id == batch_id_ && T == tokens_ && S == seqs_ && H == heads_ &&
+                        p.seq_lens == seq_lens_ && p.query_start == query_start_ && mt == sched_.m_tiles;
+  if (sched_.plan_settled) return;
   int64_t rows = 16 * mt;
   // A seq of n queries has ceil(n * H / rows) jobs: at most T * H / rows + S over the batch. A job
   // cut between CTAs leaves one partial per CTA it touches: at most jobs + CTAs - 1.

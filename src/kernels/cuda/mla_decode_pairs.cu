@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int4 cta = reinterpret_cast<const int4*>(s.ctas)[blockIdx.x];
   if (cta.z == 0) {
-    if (s.plan_settled) pdl_wait_and_trigger();  // every CTA waits before it ends (pdl.cuh)
+    pdl_wait_and_trigger();  // every CTA waits before it ends (pdl.cuh); a second wait returns at once
     return;
   }
   const Job* jobs = reinterpret_cast<const Job*>(s.jobs);

@@ -51,7 +51,6 @@ constexpr int kBarP = 1;  // warpgroup 0 -> 1: P and alpha of this tile are in s
 
 template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecodeParams p, MlaDecodeSchedule s) {
-  pdl_wait_and_trigger();
   using Smem = SmemLayout<kFp8>;
   constexpr int kRowBytes = kFp8 ? kD : kD * 2;
   extern __shared__ uint8_t smem_raw[];
@@ -64,9 +63,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
 
   const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32, g = lane / 4, t4 = lane % 4;
   const int r0 = (tid % 128) / 32 * 16 + g;  // this thread's rows of S and O: r0 and r0 + 8
+  // As the 16-row kernel (mla_decode.cu): with the plan settled, the first tile loads before the
+  // PDL wait and only Q waits for it.
+  if (!s.plan_settled) pdl_wait_and_trigger();
   const int4 cta = reinterpret_cast<const int4*>(s.ctas)[blockIdx.x];
   const int count = cta.z;
-  if (count == 0) return;
+  if (count == 0) {
+    pdl_wait_and_trigger();  // every CTA waits before it ends (pdl.cuh); a second wait returns at once
+    return;
+  }
   const Job* jobs = reinterpret_cast<const Job*>(s.jobs);
   const bf16* q = static_cast<const bf16*>(p.q);
   // Scores and outputs carry the cache scale (the cache holds latent / kv_scale).
@@ -110,8 +115,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
 
-  load_q(job);
   load_kv(slot_of(job, tile), 0);
+  if (s.plan_settled) pdl_wait_and_trigger();
+  load_q(job);
   mma::cp_async_commit();
   int slot_next = -1;  // this thread's slot in the tile after the current one, loaded a tile early
   if (count > 1) {

@@ -208,6 +208,54 @@ __global__ void __launch_bounds__(kThreads, kTok == 1 ? 6 : 0) down_kernel(MoeDe
   }
 }
 
+// At one token, down and the combine in one launch: out[r] = bf16(sum_j weights[j] * (down[ids[j]][r] .
+// act[j])), fp32 in slot order. A block owns kOneTokenRows rows and has a warp a slot; warp j streams
+// those rows of slot j's expert as down_kernel<1> does, and the block adds the slots in order, so
+// the bits are those of down_kernel<1> then combine_vec_kernel. It saves the combine's launch, the y
+// round trip and the blocks' search for their expert (at one token pair j is slot j).
+constexpr int kMaxSlotWarps = 32;
+constexpr int kOneTokenRows = 4;  // a warp's rows: 16 loads in flight a lane, and one wave of blocks
+__global__ void __launch_bounds__(kMaxSlotWarps * 32)
+    down_combine_one_token_kernel(MoeDecodeParams p, const float* weights, bf16* out) {
+  pdl_wait_and_trigger();
+  __shared__ float s_y[kMaxSlotWarps][kOneTokenRows];
+  const int H = p.hidden, nc = p.inter / 8, k = p.top_k;
+  const int j = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = blockIdx.x * kOneTokenRows;
+  const int e = p.ids[j];
+  float acc[kOneTokenRows] = {};
+  if (e >= 0 && e < p.num_experts) {  // an id outside [0, E) adds nothing
+    const uint4* d = static_cast<const uint4*>(p.down[e]);
+    const uint4* a = static_cast<const uint4*>(p.act) + int64_t(j) * nc;
+    const uint4* dr[kOneTokenRows];
+#pragma unroll
+    for (int rr = 0; rr < kOneTokenRows; ++rr) dr[rr] = d + int64_t(min(r0 + rr, H - 1)) * nc;
+#pragma unroll 4
+    for (int c = lane; c < nc; c += 32) {
+      uint4 w[kOneTokenRows];
+#pragma unroll
+      for (int rr = 0; rr < kOneTokenRows; ++rr) w[rr] = __ldg(dr[rr] + c);
+      const uint4 av = __ldg(a + c);
+#pragma unroll
+      for (int rr = 0; rr < kOneTokenRows; ++rr) acc[rr] = dot8(w[rr], av, acc[rr]);
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kOneTokenRows; ++rr) {
+    const float y = warp_sum(acc[rr]);
+    if (lane == 0) s_y[j][rr] = y;
+  }
+  __syncthreads();
+  const int r = r0 + threadIdx.x;
+  if (threadIdx.x < kOneTokenRows && r < H) {
+    float total = 0.0f;
+    for (int jj = 0; jj < k; ++jj) {
+      const int ej = p.ids[jj];
+      if (ej >= 0 && ej < p.num_experts) total += weights[jj] * s_y[jj][threadIdx.x];
+    }
+    out[r] = __float2bfloat16(total);
+  }
+}
+
 // Stable counting sort of the pairs by expert. Block b takes pairs [b kAlignChunk, (b + 1)
 // kAlignChunk); with few enough blocks to be resident together (align_grid_kernel) it is one launch,
 // else three (align_count / scan / scatter_kernel).
@@ -530,6 +578,18 @@ void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s, int num_sm
   if (p.num_tokens == 0) return;
   const DecodeKernel k = variant_for(p, down_kernel<1>, down_kernel<2>, down_kernel<4>, down_kernel<kMaxTok>);
   launch_pdl(k, decode_grid(p, p.hidden, k, num_sms), kThreads, 0, s, p);
+}
+
+bool moe_decode_down_combine_fits(const MoeDecodeParams& p) {
+  return p.num_tokens == 1 && p.top_k >= 1 && p.top_k <= kMaxSlotWarps;
+}
+
+void launch_moe_decode_down_combine(const MoeDecodeParams& p, const float* weights, void* out, cudaStream_t s) {
+  check_decode(p);
+  MLA_CHECK(moe_decode_down_combine_fits(p), "moe decode down+combine: T={} k={} I={} outside its limits",
+            p.num_tokens, p.top_k, p.inter);
+  launch_pdl(down_combine_one_token_kernel, (p.hidden + kOneTokenRows - 1) / kOneTokenRows, 32 * p.top_k, 0, s, p,
+             weights, static_cast<bf16*>(out));
 }
 
 int64_t moe_align_scratch_ints(int32_t num_pairs, int32_t num_experts) {
