@@ -347,6 +347,26 @@ void bench_moe(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn&
     runner.decode_max_pairs = std::string(path) == "decode" ? cuda::kMoeDecodeMaxPairs : 0;
     runner.grouped_gemm = std::string(path) == "grouped";
   };
+  // ms per layer of n_sets layers captured in a CUDA graph and replayed (-1 if capture failed).
+  auto graph_ms = [&](const std::function<void(int64_t)>& layer, int reps) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    double ms = -1;
+    try {
+      CUDA_CHECK(cudaStreamBeginCapture(gpu.stream(), cudaStreamCaptureModeRelaxed));
+      for (int64_t s = 0; s < n_sets; ++s) layer(s);
+      CUDA_CHECK(cudaStreamEndCapture(gpu.stream(), &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      ms = time_ms([&](int) { CUDA_CHECK(cudaGraphLaunch(exec, gpu.stream())); }, reps, 5) / double(n_sets);
+    } catch (const std::exception& e) {
+      std::printf("moe_experts graph capture failed: %s\n", e.what());
+      cudaStreamEndCapture(gpu.stream(), &graph);
+      cudaGetLastError();
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    return ms;
+  };
   for (int64_t T : {1, 4, 8, 16, 32, 64, 128, 4096}) {
     std::vector<Tensor> ids(n_sets), w(n_sets);
     double touched = 0;
@@ -377,28 +397,34 @@ void bench_moe(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn&
       }
       // As a CUDA graph replays it (no per-call host work between kernels): the 8 routings
       // captured back to back, like 8 layers; time per layer.
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      try {
-        CUDA_CHECK(cudaStreamBeginCapture(gpu.stream(), cudaStreamCaptureModeRelaxed));
-        for (int64_t s = 0; s < n_sets; ++s) gpu.moe_experts(x, ids[s], w[s], experts, out);
-        CUDA_CHECK(cudaStreamEndCapture(gpu.stream(), &graph));
-        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        double gms =
-            time_ms([&](int) { CUDA_CHECK(cudaGraphLaunch(exec, gpu.stream())); }, T >= 1024 ? 10 : 50, 5) /
-            double(n_sets);
-        row(fmt::format("moe_experts graph {}", path), gms);
-      } catch (const std::exception& e) {
-        std::printf("moe_experts graph capture failed: %s\n", e.what());
-        cudaStreamEndCapture(gpu.stream(), &graph);
-        cudaGetLastError();
-      }
-      if (exec) cudaGraphExecDestroy(exec);
-      if (graph) cudaGraphDestroy(graph);
+      const double gms = graph_ms([&](int64_t s) { gpu.moe_experts(x, ids[s], w[s], experts, out); }, T >= 1024 ? 10 : 50);
+      if (gms > 0) row(fmt::format("moe_experts graph {}", path), gms);
     }
   }
+  // V3 at one token: its 8 routed experts and the fused shared one, 9 slots of [2048, 7168] (only
+  // those allocated), as the runner picks and with down and the combine forced into two launches
+  // (MoeRunner::fuse_one_token_down off). Floor: the 9 experts' bytes.
   runner.decode_max_pairs = default_max_pairs;
   runner.grouped_gemm = default_grouped;
+  {
+    const int64_t E3 = 9, H3 = 7168, I3 = 2048;
+    std::vector<GatedMlpWeights> v3;
+    for (int64_t e = 0; e < E3; ++e)
+      v3.push_back({{filled_bf16({I3, H3}, uint64_t(3 * e + 51)), {}},
+                    {filled_bf16({I3, H3}, uint64_t(3 * e + 52)), {}},
+                    {filled_bf16({H3, I3}, uint64_t(3 * e + 53)), {}}});
+    std::vector<Tensor> ids(n_sets), w(n_sets);
+    for (int64_t s = 0; s < n_sets; ++s) random_routing(1, E3, E3, 500 + s, ids[s], w[s]);
+    Tensor x = filled_bf16({1, H3}, 23), out = gpu.empty(DType::BF16, {1, H3});
+    for (bool fused : {true, false}) {
+      runner.fuse_one_token_down = fused;
+      const double gms = graph_ms([&](int64_t s) { gpu.moe_experts(x, ids[s], w[s], v3, out); }, 50);
+      if (gms > 0)
+        mem_row(fmt::format("moe_experts graph v3{}", fused ? "" : " down, combine"), "T=1 E=9 k=9", gms,
+                double(E3) * 3.0 * I3 * H3 * 2);
+    }
+    runner.fuse_one_token_down = true;
+  }
   struct RouteCase {
     const char* name;
     MoeRouting r;

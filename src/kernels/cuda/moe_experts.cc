@@ -219,7 +219,7 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
                       st_->act.ensure(size_t(P) * I * 2), static_cast<float*>(st_->y.ensure(size_t(P) * H * 4)),
                       T, k, E, H, I};
     launch_moe_decode_gate_up(p, stream, st_->num_sms);
-    if (fuse_one_token_down && moe_decode_down_combine_fits(p)) {
+    if (fuse_one_token_down && moe_decode_down_combine_fits(p, st_->num_sms)) {
       launch_moe_decode_down_combine(p, weights, out, stream);
       return;
     }

@@ -13,6 +13,7 @@
 #include <cuda/atomic>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "kernels/cuda/alignment.h"
 #include "kernels/cuda/bf16x8.cuh"
@@ -526,13 +527,13 @@ __global__ void combine_vec_kernel(const Y* y, const int32_t* pair_pos, const fl
 
 using DecodeKernel = void (*)(MoeDecodeParams);
 
-// Blocks of `kernel` an SM holds (cached per kernel).
-int resident_per_sm(DecodeKernel kernel) {
+// Blocks of `kernel` at `threads` a block that an SM holds (cached).
+int resident_per_sm(const void* kernel, int threads = kThreads) {
   static std::mutex mu;
-  static std::map<DecodeKernel, int> cache;
+  static std::map<std::pair<const void*, int>, int> cache;
   std::lock_guard lock(mu);
-  auto [it, added] = cache.try_emplace(kernel, 0);
-  if (added) CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, kThreads, 0));
+  auto [it, added] = cache.try_emplace({kernel, threads}, 0);
+  if (added) CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, threads, 0));
   return std::max(it->second, 1);
 }
 
@@ -545,7 +546,7 @@ dim3 decode_grid(const MoeDecodeParams& p, int rows, DecodeKernel kernel, int nu
   const int slots = std::min(p.num_experts, p.num_tokens * p.top_k);
   const int tiles = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   if (p.num_tokens > 1) return dim3(unsigned(tiles), unsigned(slots));
-  const int fit = std::max(1, resident_per_sm(kernel) * num_sms / std::max(slots, 1));
+  const int fit = std::max(1, resident_per_sm(reinterpret_cast<const void*>(kernel)) * num_sms / std::max(slots, 1));
   const int per_block = (tiles + fit - 1) / fit;
   return dim3(unsigned((tiles + per_block - 1) / per_block), unsigned(slots));
 }
@@ -580,14 +581,18 @@ void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s, int num_sm
   launch_pdl(k, decode_grid(p, p.hidden, k, num_sms), kThreads, 0, s, p);
 }
 
-bool moe_decode_down_combine_fits(const MoeDecodeParams& p) {
-  return p.num_tokens == 1 && p.top_k >= 1 && p.top_k <= kMaxSlotWarps;
+bool moe_decode_down_combine_fits(const MoeDecodeParams& p, int num_sms) {
+  if (p.num_tokens != 1 || p.top_k < 1 || p.top_k > kMaxSlotWarps) return false;
+  // One wave of blocks: V2-Lite's 512 (H = 2048) against 528 resident on an H200 gained, V3's 1792
+  // (H = 7168) lost 4% to the two launches (docs/benchmarks.md, twentieth session).
+  const int blocks = (p.hidden + kOneTokenRows - 1) / kOneTokenRows;
+  return blocks <= resident_per_sm(reinterpret_cast<const void*>(down_combine_one_token_kernel), 32 * p.top_k) * num_sms;
 }
 
 void launch_moe_decode_down_combine(const MoeDecodeParams& p, const float* weights, void* out, cudaStream_t s) {
   check_decode(p);
-  MLA_CHECK(moe_decode_down_combine_fits(p), "moe decode down+combine: T={} k={} I={} outside its limits",
-            p.num_tokens, p.top_k, p.inter);
+  MLA_CHECK(p.num_tokens == 1 && p.top_k >= 1 && p.top_k <= kMaxSlotWarps,
+            "moe decode down+combine: T={} k={} outside its limits", p.num_tokens, p.top_k);
   launch_pdl(down_combine_one_token_kernel, (p.hidden + kOneTokenRows - 1) / kOneTokenRows, 32 * p.top_k, 0, s, p,
              weights, static_cast<bf16*>(out));
 }

@@ -55,8 +55,9 @@ constexpr int kMoeDecodeMaxPairs = 1024;
 void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s, int num_sms);
 void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s, int num_sms);
 // At one token (and at most 32 slots): down and the combine in one launch (out [1, H] BF16; weights
-// [k]). Same bits as launch_moe_decode_down then launch_moe_combine.
-bool moe_decode_down_combine_fits(const MoeDecodeParams& p);
+// [k]). Same bits as launch_moe_decode_down then launch_moe_combine. `fits`: the shapes it takes and
+// where it pays (its grid is one wave on the device's num_sms SMs).
+bool moe_decode_down_combine_fits(const MoeDecodeParams& p, int num_sms);
 void launch_moe_decode_down_combine(const MoeDecodeParams& p, const float* weights, void* out, cudaStream_t s);
 // offsets [E + 1]: pairs of expert e sit at sorted positions [offsets[e], offsets[e+1]), in pair
 // order; sorted_pairs [P]: the pair at each position; pair_pos [P]: the position of each pair.
@@ -112,8 +113,8 @@ class MoeRunner {
   // grouped GEMM streams the touched experts faster from 8 tokens on (H200, 2026-11-22, in graphs,
   // V2-Lite: 0.166 vs 0.222 ms a layer at 8 tokens, 0.229 vs 0.352 at 16; 0.122 vs 0.112 at 4).
   int decode_max_pairs = -1;
-  // At one token, down and the combine in one launch (launch_moe_decode_down_combine); off: two
-  // (tests compare the bits).
+  // At one token, down and the combine in one launch where it pays (moe_decode_down_combine_fits);
+  // off: two (tests compare the bits).
   bool fuse_one_token_down = true;
   int decode_pair_limit(int num_experts) const {
     return decode_max_pairs >= 0 ? decode_max_pairs : std::max(24, num_experts / 8);
