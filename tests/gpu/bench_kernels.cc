@@ -397,15 +397,16 @@ void bench_moe(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn&
       }
       // As a CUDA graph replays it (no per-call host work between kernels): the 8 routings
       // captured back to back, like 8 layers; time per layer.
-      const double gms = graph_ms([&](int64_t s) { gpu.moe_experts(x, ids[s], w[s], experts, out); }, T >= 1024 ? 10 : 50);
+      const double gms =
+          graph_ms([&](int64_t s) { gpu.moe_experts(x, ids[s], w[s], experts, out); }, T >= 1024 ? 10 : 50);
       if (gms > 0) row(fmt::format("moe_experts graph {}", path), gms);
     }
   }
+  runner.decode_max_pairs = default_max_pairs;
+  runner.grouped_gemm = default_grouped;
   // V3 at one token: its 8 routed experts and the fused shared one, 9 slots of [2048, 7168] (only
   // those allocated), as the runner picks and with down and the combine forced into two launches
   // (MoeRunner::fuse_one_token_down off). Floor: the 9 experts' bytes.
-  runner.decode_max_pairs = default_max_pairs;
-  runner.grouped_gemm = default_grouped;
   {
     const int64_t E3 = 9, H3 = 7168, I3 = 2048;
     std::vector<GatedMlpWeights> v3;

@@ -586,7 +586,8 @@ bool moe_decode_down_combine_fits(const MoeDecodeParams& p, int num_sms) {
   // One wave of blocks: V2-Lite's 512 (H = 2048) against 528 resident on an H200 gained, V3's 1792
   // (H = 7168) lost 4% to the two launches (docs/benchmarks.md, twentieth session).
   const int blocks = (p.hidden + kOneTokenRows - 1) / kOneTokenRows;
-  return blocks <= resident_per_sm(reinterpret_cast<const void*>(down_combine_one_token_kernel), 32 * p.top_k) * num_sms;
+  const int resident = resident_per_sm(reinterpret_cast<const void*>(down_combine_one_token_kernel), 32 * p.top_k);
+  return blocks <= resident * num_sms;
 }
 
 void launch_moe_decode_down_combine(const MoeDecodeParams& p, const float* weights, void* out, cudaStream_t s) {
