@@ -42,12 +42,13 @@ __device__ __forceinline__ void mma_chunk(float* c, const uint4& wg, const uint4
   mma_bf16(c, wg.z, w8.z, wg.w, w8.w, x.z, x.w);
 }
 
-// NT: 8-token column tiles (only NT = 1 is launched: see kSkinnyGemmMaxRows).
+// NT: 8-token column tiles (only NT = 1 is launched: see kSkinnyGemmMaxRows). At most 64 registers
+// (4 CTAs an SM): V3's o (448 CTAs) stays one wave on 132 SMs.
 template <int NT, bool OUT_F32>
-__global__ void __launch_bounds__(kWarps * 32) skinny_gemm_kernel(const bf16* __restrict__ x, int64_t ldx,
-                                                                  const bf16* __restrict__ w, int64_t ldw,
-                                                                  void* __restrict__ out, int64_t ldo, int T, int N,
-                                                                  int K, SkinnySplit split) {
+__global__ void __launch_bounds__(kWarps * 32, 4) skinny_gemm_kernel(const bf16* __restrict__ x, int64_t ldx,
+                                                                     const bf16* __restrict__ w, int64_t ldw,
+                                                                     void* __restrict__ out, int64_t ldo, int T, int N,
+                                                                     int K, SkinnySplit split) {
   __shared__ float red[kWarps][NT * 4][32];
   __shared__ bool last;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
@@ -67,23 +68,22 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_gemm_kernel(const bf16* __
   // This CTA's share of the chunks: [c_begin, c_end).
   const int chunks = (K + kChunk - 1) / kChunk, z = blockIdx.y;
   const int c_begin = int(int64_t(chunks) * z / gridDim.y), c_end = int(int64_t(chunks) * (z + 1) / gridDim.y);
-  // Weights do not depend on the previous kernel: the fetch of the first pass's starts into L2
-  // before the wait (all of a big weight would evict what the kernel before is reading).
-  for (int ch = c_begin + warp; ch < min(c_end, c_begin + kWarps * kUnroll); ch += kWarps) {
-    int k = ch * kChunk + t4 * 8;
-    if (k < K && row_a) prefetch_l2(wa + ch * kChunk);
-    if (k < K && row_b) prefetch_l2(wb + ch * kChunk);
-  }
-  pdl_wait_and_trigger();
-  for (int ch0 = c_begin + warp; ch0 < c_end; ch0 += kWarps * kUnroll) {
-    // All loads of kUnroll chunks first, so that many are in flight at once.
-    uint4 va[kUnroll], vb[kUnroll], vx[kUnroll][NT];
+  // A pass: kUnroll chunks a warp, all their loads first so that many are in flight at once.
+  auto load_weights = [&](int ch0, uint4 (&va)[kUnroll], uint4 (&vb)[kUnroll]) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       int ch = ch0 + u * kWarps, k = ch * kChunk;
       bool in = ch < c_end && k + t4 * 8 < K;  // K % 8 == 0: a thread's 8 values are all in or all out
       va[u] = in && row_a ? skinny::load_stream(wa + k) : zero;
       vb[u] = in && row_b ? skinny::load_stream(wb + k) : zero;
+    }
+  };
+  auto load_x_and_multiply = [&](int ch0, const uint4 (&va)[kUnroll], const uint4 (&vb)[kUnroll]) {
+    uint4 vx[kUnroll][NT];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      int ch = ch0 + u * kWarps, k = ch * kChunk;
+      bool in = ch < c_end && k + t4 * 8 < K;
 #pragma unroll
       for (int j = 0; j < NT; ++j) vx[u][j] = in && tok[j] ? *reinterpret_cast<const uint4*>(xt[j] + k) : zero;
     }
@@ -91,6 +91,27 @@ __global__ void __launch_bounds__(kWarps * 32) skinny_gemm_kernel(const bf16* __
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int j = 0; j < NT; ++j) mma_chunk(c[j], va[u], vb[u], vx[u][j]);
+  };
+  // Weights do not depend on the previous kernel. A CTA of one pass (K <= 1024 a split) loads its
+  // weights before the wait and only x after it; a longer one starts its first pass into L2 there
+  // (its loop would keep these registers live, and fewer CTAs would fit an SM).
+  if (c_end - c_begin <= kWarps * kUnroll) {
+    uint4 va[kUnroll], vb[kUnroll];
+    load_weights(c_begin + warp, va, vb);
+    pdl_wait_and_trigger();
+    load_x_and_multiply(c_begin + warp, va, vb);
+  } else {
+    for (int ch = c_begin + warp; ch < c_begin + kWarps * kUnroll; ch += kWarps) {
+      int k = ch * kChunk + t4 * 8;
+      if (k < K && row_a) prefetch_l2(wa + ch * kChunk);
+      if (k < K && row_b) prefetch_l2(wb + ch * kChunk);
+    }
+    pdl_wait_and_trigger();
+    for (int ch0 = c_begin + warp; ch0 < c_end; ch0 += kWarps * kUnroll) {
+      uint4 va[kUnroll], vb[kUnroll];
+      load_weights(ch0, va, vb);
+      load_x_and_multiply(ch0, va, vb);
+    }
   }
 #pragma unroll
   for (int j = 0; j < NT; ++j)
