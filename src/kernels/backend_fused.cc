@@ -15,4 +15,10 @@ void Backend::mla_norm_rope_store(Tensor& latent, Tensor& q_pe, const Tensor& no
   kv_store(latent, slots, cache, kv_scale);
 }
 
+void Backend::mla_decode_absorb_out(const Tensor& q, const Tensor& cache, float kv_scale, const AttentionMetadata& md,
+                                    float scale, const Tensor& w_uv, Tensor& o_latent, Tensor& out) {
+  mla_decode(q, cache, kv_scale, md, scale, o_latent);
+  mla_absorb_out(o_latent, w_uv, out);
+}
+
 }  // namespace mlaserve

@@ -221,6 +221,12 @@ class Backend {
   virtual void mla_absorb_q(const Tensor& q_nope, const Tensor& q_pe, const Tensor& w_uk, Tensor& q_latent) = 0;
   // out[t, h] = w_uv[h] · latent[t, h]. latent [T, H, kv_lora], w_uv [H, v, kv_lora], out [T, H, v].
   virtual void mla_absorb_out(const Tensor& latent, const Tensor& w_uv, Tensor& out) = 0;
+  // mla_decode(q, ..., o_latent) then mla_absorb_out(o_latent, w_uv, out), as one op so that a
+  // backend may merge a split attention's partials inside the projection. The default runs the two
+  // ops (backend_fused.cc).
+  virtual void mla_decode_absorb_out(const Tensor& q, const Tensor& cache, float kv_scale,
+                                     const AttentionMetadata& md, float scale, const Tensor& w_uv, Tensor& o_latent,
+                                     Tensor& out);
   // The same products with FP8 weights (the FP8 BMM): W8A8 as apply_linear runs an FP8 linear, one
   // linear a head, each head's input quantized per token per w.block_k channels. The weights are a
   // block-scaled FP8 kv_b_proj's own e4m3 blocks, cut by head (no block straddles two heads):

@@ -76,11 +76,14 @@ void absorb_q(Backend& ops, const AbsorbedWeights& w, const Tensor& q_nope, cons
     ops.mla_absorb_q(q_nope, q_pe, w.w_uk, q_latent);
 }
 
-void absorb_out(Backend& ops, const AbsorbedWeights& w, const Tensor& latent, Tensor& out) {
-  if (w.fp8() && latent.size(0) <= kFp8BmmMaxTokens)
-    ops.mla_absorb_out_w8a8(latent, w.w_uv_fp8, out);
-  else
-    ops.mla_absorb_out(latent, w.w_uv, out);
+void decode_absorbed(Backend& ops, const AbsorbedWeights& w, const Tensor& q_latent, const Tensor& cache,
+                     float kv_scale, const AttentionMetadata& md, float scale, Tensor& o_latent, Tensor& out) {
+  if (w.fp8() && q_latent.size(0) <= kFp8BmmMaxTokens) {
+    ops.mla_decode(q_latent, cache, kv_scale, md, scale, o_latent);
+    ops.mla_absorb_out_w8a8(o_latent, w.w_uv_fp8, out);
+  } else {
+    ops.mla_decode_absorb_out(q_latent, cache, kv_scale, md, scale, w.w_uv, o_latent, out);
+  }
 }
 
 }  // namespace mlaserve

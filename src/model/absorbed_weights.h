@@ -31,10 +31,11 @@ struct AbsorbedWeights {
 AbsorbedWeights make_absorbed_weights(const LinearWeight& kv_b, int64_t H, int64_t nope, int64_t v,
                                       Backend& backend, bool fp8_bmm = true);
 
-// q_latent [T, H, kv_lora + rope] from q_nope [T, H, nope] and q_pe [T, H, rope], and out [T, H, v]
-// from the latent output [T, H, kv_lora]: the FP8 pair up to kFp8BmmMaxTokens tokens, else the
-// dense one.
+// q_latent [T, H, kv_lora + rope] from q_nope [T, H, nope] and q_pe [T, H, rope]; then attention
+// over the cache into o_latent [T, H, kv_lora] and out [T, H, v] = W_UV · o_latent: the FP8 pair up
+// to kFp8BmmMaxTokens tokens, else the dense one.
 void absorb_q(Backend& ops, const AbsorbedWeights& w, const Tensor& q_nope, const Tensor& q_pe, Tensor& q_latent);
-void absorb_out(Backend& ops, const AbsorbedWeights& w, const Tensor& latent, Tensor& out);
+void decode_absorbed(Backend& ops, const AbsorbedWeights& w, const Tensor& q_latent, const Tensor& cache,
+                     float kv_scale, const AttentionMetadata& md, float scale, Tensor& o_latent, Tensor& out);
 
 }  // namespace mlaserve

@@ -329,8 +329,7 @@ Tensor DeepseekModel::attention(int64_t l, const BlockInput& in, const ForwardBa
     Tensor q_latent = ops.empty(act, {T, nh, L + rope});
     absorb_q(ops, absorbed_[size_t(l)], q_nope, q_pe, q_latent);
     Tensor o_latent = ops.empty(act, {T, nh, L});
-    ops.mla_decode(q_latent, cache, kv_scale, batch.attn, softmax_scale_, o_latent);
-    absorb_out(ops, absorbed_[size_t(l)], o_latent, out);
+    decode_absorbed(ops, absorbed_[size_t(l)], q_latent, cache, kv_scale, batch.attn, softmax_scale_, o_latent, out);
   } else {
     // MHA: decompress every context token's keys and values with kv_b.
     int64_t S = batch.attn.kv_indices.numel();

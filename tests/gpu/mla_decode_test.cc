@@ -36,6 +36,7 @@ class MlaDecode : public GpuTest {
   float fp8_kv_scale = 0;  // > 0: an e4m3 cache holding latent / this scale
   bool pages64 = false;    // seqs in random whole pages of 64 slots (kv_page_size 64), as --page-size 64
   bool cp_async = false;   // no TMA even over pages of 64
+  bool absorb = false;     // mla_decode_absorb_out: W_UV's projection (v = 128) checked too
 
   // Captures plan + run of a 3-seq batch in a graph and replays it with other lengths (below).
   void replay_with_new_lengths(int64_t H);
@@ -115,17 +116,30 @@ class MlaDecode : public GpuTest {
     float scale = 1.0f / std::sqrt(192.0f);
     Tensor want = Tensor::empty(DType::F32, {m.T, H, 512});
     cpu->mla_decode(q, stored, kv_scale, m.host, scale, want);
-    Tensor out = poisoned(gpu, DType::BF16, {m.T, H, 512});
+    Tensor w_uv, want_out, w_uv_dev;
+    if (absorb) {
+      w_uv = random_f32({H, 128, 512}, seed + 3, 0.05f);
+      want_out = Tensor::empty(DType::F32, {m.T, H, 128});
+      cpu->mla_absorb_out(want, w_uv, want_out);
+      w_uv_dev = gpu.to_device(to_dtype(w_uv, DType::BF16));
+    }
     Tensor qd = gpu.to_device(to_dtype(q, DType::BF16)), cd = gpu.to_device(stored);
-    gpu.mla_decode(qd, cd, kv_scale, m.dev, scale, out);
-    double err = rel_l2(gpu.to_host(out), want);
-    Tensor out2 = poisoned(gpu, DType::BF16, {m.T, H, 512});  // the plan reused
-    gpu.mla_decode(qd, cd, kv_scale, m.dev, scale, out2);
-    err = std::max(err, rel_l2(gpu.to_host(out2), want));
-    std::printf("  mla_decode H=%lld seqs=%zu T=%lld m_tiles=%d%s%s%s%s%s: rel_l2 %.2e\n", (long long)H,
+    auto run = [&] {  // the error of one call
+      Tensor out = poisoned(gpu, DType::BF16, {m.T, H, 512});
+      if (!absorb) {
+        gpu.mla_decode(qd, cd, kv_scale, m.dev, scale, out);
+        return rel_l2(gpu.to_host(out), want);
+      }
+      Tensor projected = poisoned(gpu, DType::BF16, {m.T, H, 128});
+      gpu.mla_decode_absorb_out(qd, cd, kv_scale, m.dev, scale, w_uv_dev, out, projected);
+      return std::max(rel_l2(gpu.to_host(out), want), rel_l2(gpu.to_host(projected), want_out));
+    };
+    double err = run();
+    err = std::max(err, run());  // the plan reused
+    std::printf("  mla_decode H=%lld seqs=%zu T=%lld m_tiles=%d%s%s%s%s%s%s: rel_l2 %.2e\n", (long long)H,
                 b.seq_lens.size(), (long long)m.T, force_m_tiles, mma_sync ? " mma.sync" : "",
                 two_stage ? " 2-stage" : "", fp8 ? " fp8" : "", pages64 ? " pages64" : "", cp_async ? " cp.async" : "",
-                err);
+                absorb ? (gpu.merge_splits_in_absorb_out ? " absorb_out merging" : " absorb_out") : "", err);
     ++seed;
     return err;
   }
@@ -160,6 +174,33 @@ TEST_F(MlaDecode, SeveralQueriesPerSeq) {
   // A whole chunk of queries in one seq (n == len: the first sees one key).
   EXPECT_LE(check({{97}, {97}}, 16), kTol);
   EXPECT_LE(check({{130, 6000}, {40, 2}}, 16, 1), kTol);
+}
+
+TEST_F(MlaDecode, AbsorbOutMergesSplitRows) {
+  // mla_decode_absorb_out: up to 8 tokens and 32 heads the projection merges the split rows' partials
+  // itself (no combine kernel), and writes them to o_latent too; past that, the combine and the
+  // projection as two launches. Both against the CPU's mla_decode then mla_absorb_out.
+  absorb = true;
+  for (bool merge : {true, false}) {
+    gpu.merge_splits_in_absorb_out = merge;
+    for (int64_t H : {16, 32}) {
+      EXPECT_LE(check({{200}, {1}}, H), kTol) << H;
+      EXPECT_LE(check({{12345}, {1}}, H), kTol) << H;  // cut between every CTA
+      EXPECT_LE(check({{1, 63, 64, 65, 200, 1031, 7, 129}, {1, 1, 1, 1, 1, 1, 1, 1}}, H), kTol) << H;
+      EXPECT_LE(check({{5, 300, 2049}, {3, 4, 1}}, H), kTol) << H;
+      EXPECT_LE(check({{5, 300, 2049}, {3, 4, 1}}, H, 4), kTol) << "64-row jobs, H=" << H;
+    }
+    fp8_kv_scale = 0.0625f;
+    EXPECT_LE(check({{3000, 17}, {1, 1}}, 16), kTol);
+    fp8_kv_scale = 0;
+    pages64 = true;
+    EXPECT_LE(check({{4000, 70}, {1, 2}}, 16), kTol);
+    pages64 = false;
+  }
+  gpu.merge_splits_in_absorb_out = true;
+  // Past the few-token form: 9 tokens, 128 heads.
+  EXPECT_LE(check({{1, 63, 64, 65, 200, 1031, 7, 129, 4000}, {1, 1, 1, 1, 1, 1, 1, 1, 1}}, 16), kTol);
+  EXPECT_LE(check({{9001}, {1}}, 128), kTol);
 }
 
 TEST_F(MlaDecode, MmaSyncKernelFor64RowJobs) {

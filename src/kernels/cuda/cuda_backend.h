@@ -20,6 +20,10 @@ struct MlaPrefillParams;
 MlaPrefillParams mla_prefill_params(const Tensor& q, const Tensor& kv, const Tensor& k_pe,
                                     const AttentionMetadata& md, float scale, Tensor& out);
 
+struct MlaAbsorbOutParams;
+// mla_absorb_out's kernel parameters for its arguments, after checking them.
+MlaAbsorbOutParams mla_absorb_out_params(const Tensor& latent, const Tensor& w_uv, Tensor& out);
+
 class GemmRunner;
 class DeviceAllocator;
 class MoeRunner;
@@ -107,6 +111,10 @@ class CudaBackend final : public Backend {
                   Tensor& out) override;
   // The mla_decode plan (tests force its tiling; graph runners plan the largest batch first).
   MlaDecodePlan& mla_decode_plan();
+  void mla_decode_absorb_out(const Tensor& q, const Tensor& cache, float kv_scale, const AttentionMetadata& md,
+                             float scale, const Tensor& w_uv, Tensor& o_latent, Tensor& out) override;
+  // Tests and benchmarks: false keeps the combine kernel where the few-token projection would merge.
+  bool merge_splits_in_absorb_out = true;
   void mla_absorb_q(const Tensor& q_nope, const Tensor& q_pe, const Tensor& w_uk, Tensor& q_latent) override;
   void mla_absorb_out(const Tensor& latent, const Tensor& w_uv, Tensor& out) override;
   // The FP8 BMM: the skinny FP8 kernel batched over heads (any token count, in tiles of 16).

@@ -34,16 +34,20 @@ void CudaBackend::mla_absorb_q(const Tensor& q_nope, const Tensor& q_pe, const T
   absorb_->absorb_q(p, stream_);
 }
 
-void CudaBackend::mla_absorb_out(const Tensor& latent, const Tensor& w_uv, Tensor& out) {
+MlaAbsorbOutParams mla_absorb_out_params(const Tensor& latent, const Tensor& w_uv, Tensor& out) {
   MLA_CHECK(latent.defined() && latent.ndim() == 3 && w_uv.defined() && w_uv.ndim() == 3,
             "mla_absorb_out: latent and w_uv must be 3-D");
   int64_t T = latent.size(0), H = latent.size(1), L = latent.size(2), V = w_uv.size(1);
   check_bf16(latent, {T, H, L}, false, "mla_absorb_out latent");
   check_bf16(w_uv, {H, V, L}, true, "mla_absorb_out w_uv");
   check_bf16(out, {T, H, V}, false, "mla_absorb_out out");
+  return {latent.raw(), w_uv.raw(), out.raw(), latent.stride(0), latent.stride(1), out.stride(0), out.stride(1),
+          T, H, V, L};
+}
+
+void CudaBackend::mla_absorb_out(const Tensor& latent, const Tensor& w_uv, Tensor& out) {
+  const MlaAbsorbOutParams p = mla_absorb_out_params(latent, w_uv, out);
   if (!absorb_) absorb_ = std::make_shared<MlaAbsorbRunner>();
-  MlaAbsorbOutParams p{latent.raw(), w_uv.raw(), out.raw(), latent.stride(0), latent.stride(1),
-                       out.stride(0), out.stride(1), T, H, V, L};
   absorb_->absorb_out(p, stream_);
 }
 

@@ -1,7 +1,9 @@
-// CudaBackend::mla_decode: checks the op's tensors, plans the batch once (MlaDecodePlan), launches.
+// CudaBackend::mla_decode: checks the op's tensors, plans the batch once (MlaDecodePlan), launches;
+// mla_decode_absorb_out: the same, then W_UV's projection, which merges split rows at few tokens.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/mla_absorb.h"
 #include "kernels/cuda/mla_decode.h"
 #include "kernels/cuda/tensor_checks.h"
 #include "kernels/cuda/tensor_map.h"
@@ -79,8 +81,8 @@ void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, 
   seq_lens_ = p.seq_lens, query_start_ = p.query_start;
 }
 
-void MlaDecodePlan::run(const MlaDecodeParams& p, cudaStream_t stream) const {
-  launch_mla_decode_run(p, sched_, stream);
+void MlaDecodePlan::run(const MlaDecodeParams& p, cudaStream_t stream, bool combine) const {
+  launch_mla_decode_run(p, sched_, stream, combine);
 }
 
 const CUtensorMap& MlaDecodePlan::cache_map(const void* cache, int64_t num_slots) {
@@ -98,8 +100,11 @@ MlaDecodePlan& CudaBackend::mla_decode_plan() {
   return *mla_decode_plan_;
 }
 
-void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, float kv_scale, const AttentionMetadata& md,
-                             float scale, Tensor& out) {
+namespace {
+
+// The attention kernels' parameters for mla_decode's arguments, after checking them.
+MlaDecodeParams mla_decode_params(const Tensor& q, const Tensor& cache, float kv_scale, const AttentionMetadata& md,
+                                  float scale, Tensor& out, MlaDecodePlan& plan) {
   MLA_CHECK(q.defined() && q.device() == Device::CUDA && q.dtype() == DType::BF16 && q.ndim() == 3 &&
                 q.size(2) == kMlaKvDim && q.stride(2) == 1 && q.stride(0) % 8 == 0 && q.stride(1) % 8 == 0 &&
                 aligned(q.raw(), 16),
@@ -125,13 +130,11 @@ void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, float kv_scal
   check_i32_dev(md.kv_indices, -1, "kv_indices");
   MLA_CHECK(T * std::max<int64_t>(H, 1) < (int64_t(1) << 31) && md.kv_indices.numel() < (int64_t(1) << 31),
             "mla_decode: batch too large for 32-bit row indices");
-  if (T == 0) return;
   MlaDecodeParams p{};
   p.q = q.raw(), p.q_stride_t = q.stride(0), p.q_stride_h = q.stride(1);
   p.cache = cache.raw();
   p.cache_fp8 = fp8;
   p.kv_scale = kv_scale;
-  MlaDecodePlan& plan = mla_decode_plan();
   p.cache_tma = md.kv_page_size % kMlaBlockKeys == 0 && !plan.force_cp_async;
   if (p.cache_tma && !fp8) p.cache_map = plan.cache_map(cache.raw(), cache.size(0));
   p.cache_rows = cache.size(0);
@@ -142,8 +145,37 @@ void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, float kv_scal
   p.out = out.raw(), p.out_stride_t = out.stride(0), p.out_stride_h = out.stride(1);
   p.num_seqs = int(S), p.num_heads = int(H);
   p.scale = scale;
-  plan.plan(p, T, md.batch_id, stream_);
+  return p;
+}
+
+}  // namespace
+
+void CudaBackend::mla_decode(const Tensor& q, const Tensor& cache, float kv_scale, const AttentionMetadata& md,
+                             float scale, Tensor& out) {
+  MlaDecodePlan& plan = mla_decode_plan();
+  const MlaDecodeParams p = mla_decode_params(q, cache, kv_scale, md, scale, out, plan);
+  if (q.size(0) == 0) return;
+  plan.plan(p, q.size(0), md.batch_id, stream_);
   plan.run(p, stream_);
+}
+
+void CudaBackend::mla_decode_absorb_out(const Tensor& q, const Tensor& cache, float kv_scale,
+                                        const AttentionMetadata& md, float scale, const Tensor& w_uv,
+                                        Tensor& o_latent, Tensor& out) {
+  MlaDecodePlan& plan = mla_decode_plan();
+  const MlaDecodeParams p = mla_decode_params(q, cache, kv_scale, md, scale, o_latent, plan);
+  const MlaAbsorbOutParams a = mla_absorb_out_params(o_latent, w_uv, out);
+  if (q.size(0) == 0) return;
+  if (!absorb_) absorb_ = std::make_shared<MlaAbsorbRunner>();
+  plan.plan(p, q.size(0), md.batch_id, stream_);
+  // A few tokens' projection merges the split rows itself: the combine's launch and its round trip
+  // through o_latent leave the chain of dependent kernels.
+  const bool merge = merge_splits_in_absorb_out && absorb_->few_token_kernels && mla_absorb_out_merge_fits(a);
+  plan.run(p, stream_, /*combine=*/!merge);
+  if (merge)
+    launch_mla_absorb_out_merge(a, p, plan.schedule(), stream_);
+  else
+    absorb_->absorb_out(a, stream_);
 }
 
 }  // namespace mlaserve::cuda

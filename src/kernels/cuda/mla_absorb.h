@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "kernels/cuda/cublaslt.h"
+#include "kernels/cuda/mla_decode.h"
 
 namespace mlaserve::cuda {
 
@@ -46,6 +47,13 @@ constexpr int64_t kMlaAbsorbFewMaxTokens = 8, kMlaAbsorbFewMaxHeads = 32, kMlaAb
                   kMlaAbsorbFewMaxL = 512;
 bool launch_mla_absorb_q_few(const MlaAbsorbQParams& p, cudaStream_t stream);
 bool launch_mla_absorb_out_few(const MlaAbsorbOutParams& p, cudaStream_t stream);
+// absorb_out's few-token form reading the attention of `d` as `s` planned it, launched right after
+// its attention kernel without the combine: it merges the split rows' partials itself (writing them
+// to p.latent too) and reads the others from p.latent. Takes what launch_mla_absorb_out_few takes,
+// with L = 512 (the partials' width).
+bool mla_absorb_out_merge_fits(const MlaAbsorbOutParams& p);
+void launch_mla_absorb_out_merge(const MlaAbsorbOutParams& p, const MlaDecodeParams& d, const MlaDecodeSchedule& s,
+                                 cudaStream_t stream);
 
 // Owns a cuBLASLt handle, a workspace and the algorithm chosen per shape.
 class MlaAbsorbRunner {

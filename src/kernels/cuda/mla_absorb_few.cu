@@ -11,6 +11,8 @@
 #include "kernels/cuda/alignment.h"
 #include "kernels/cuda/bf16x8.cuh"
 #include "kernels/cuda/mla_absorb.h"
+#include "kernels/cuda/mla_decode_device.cuh"
+#include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace mlaserve::cuda {
@@ -84,11 +86,122 @@ __global__ void __launch_bounds__(kThreads) absorb_q_few_kernel(MlaAbsorbQParams
   }
 }
 
+// Where the merging form finds the attention's output: its parameters and its plan.
+struct AttentionOutput {
+  MlaDecodeParams d;
+  MlaDecodeSchedule s;
+};
+
+// Row t of merged (kMlaLatentDim wide) gets the attention output of token t, head h: a split row's
+// partials merged as the combine kernel merges them (weights 2^(lse_k - max lse)), and stored to
+// p.latent too by the blocks of column slice 0; any other row is read from p.latent, where the
+// attention kernel wrote it. The block's warps share the tokens: S = kWarps / kTok warps a token,
+// each taking every S-th split with kSplitLoads splits' loads in flight, a lane 16 columns, their
+// sums met in shared memory (red, S - 1 warps' [kL + 4] a token) in a fixed order. jr[t] = (job,
+// row in it). Every thread calls it (it has block barriers).
+constexpr int kSplitLoads = 4;
+
 template <int kTok>
-__global__ void __launch_bounds__(kThreads) absorb_out_few_kernel(MlaAbsorbOutParams p) {
+__device__ void merge_rows(const MlaAbsorbOutParams& p, const AttentionOutput& a, int h, const int2* jr,
+                           bf16 (*merged)[kMlaLatentDim], float* red) {
+  constexpr int kL = kMlaLatentDim, S = kWarps / kTok, M4 = kL / 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = warp / S, sub = warp % S;
+  const int M = 16 * a.s.m_tiles;
+  const bool has = t < p.T && jr[t].x >= 0;
+  const mla::Job jb = has ? reinterpret_cast<const mla::Job*>(a.s.jobs)[jr[t].x] : mla::Job{};
+  const int n = jb.num_splits, r = jr[t].y;
+  bf16* lat = static_cast<bf16*>(const_cast<void*>(p.latent)) + t * p.lat_st0 + h * p.lat_st1;
+  float4 acc[4] = {};
+  float sum = 0.f;
+  if (has && n <= 1 && sub == 0) {
+    // The attention kernel wrote the row: 16 columns a lane.
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      *reinterpret_cast<uint4*>(&merged[t][8 * (lane + 32 * i)]) =
+          *reinterpret_cast<const uint4*>(lat + 8 * (lane + 32 * i));
+  } else if (has && n > 1) {
+    const float* lse = a.s.partial_lse + int64_t(jb.split_offset) * M + r;
+    float mx = -INFINITY;
+    for (int k = lane; k < n; k += 32) mx = fmaxf(mx, lse[int64_t(k) * M]);
+#pragma unroll
+    for (int d = 16; d > 0; d /= 2) mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, d));
+    const float4* o = reinterpret_cast<const float4*>(a.s.partial_o + (int64_t(jb.split_offset) * M + r) * kL) + lane;
+    for (int k0 = sub; k0 < n; k0 += kSplitLoads * S) {
+      float4 v[kSplitLoads][4];
+      float l[kSplitLoads];
+#pragma unroll
+      for (int b = 0; b < kSplitLoads; ++b) {
+        const int k = k0 + b * S;
+        l[b] = k < n ? lse[int64_t(k) * M] : -INFINITY;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[b][i] = k < n ? o[int64_t(k) * M * M4 + 32 * i] : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int b = 0; b < kSplitLoads; ++b) {
+        // A split whose rows saw no key has lse -inf and weight 0: skipped, whatever its o holds.
+        if (l[b] == -INFINITY) continue;
+        const float wk = mma::fast_exp2(l[b] - mx);
+        sum += wk;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          acc[i].x += wk * v[b][i].x, acc[i].y += wk * v[b][i].y, acc[i].z += wk * v[b][i].z, acc[i].w += wk * v[b][i].w;
+      }
+    }
+    if (S > 1 && sub > 0) {
+      float* mine = red + (t * (S - 1) + sub - 1) * (kL + 4);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) reinterpret_cast<float4*>(mine)[lane + 32 * i] = acc[i];
+      if (lane == 0) mine[kL] = sum;
+    }
+  }
+  if (S > 1) __syncthreads();
+  if (!has || n <= 1 || sub > 0) return;
+  for (int g = 1; g < S; ++g) {
+    const float* theirs = red + (t * (S - 1) + g - 1) * (kL + 4);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 x = reinterpret_cast<const float4*>(theirs)[lane + 32 * i];
+      acc[i].x += x.x, acc[i].y += x.y, acc[i].z += x.z, acc[i].w += x.w;
+    }
+    sum += theirs[kL];
+  }
+  const float inv = sum > 0 ? 1.f / sum : 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int c = 4 * (lane + 32 * i);
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(acc[i].x * inv, acc[i].y * inv);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(acc[i].z * inv, acc[i].w * inv);
+    *reinterpret_cast<__nv_bfloat162*>(&merged[t][c]) = lo;
+    *reinterpret_cast<__nv_bfloat162*>(&merged[t][c + 2]) = hi;
+    if (blockIdx.y == 0)
+      *reinterpret_cast<__nv_bfloat162*>(lat + c) = lo, *reinterpret_cast<__nv_bfloat162*>(lat + c + 2) = hi;
+  }
+}
+
+// kMerge: the attention's split rows come unmerged (AttentionOutput), merged here into shared
+// memory first; otherwise a.d is unused and the latents are p.latent.
+template <int kTok, bool kMerge>
+__global__ void __launch_bounds__(kThreads) absorb_out_few_kernel(MlaAbsorbOutParams p, AttentionOutput a) {
   const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int v0 = blockIdx.y * kOutRows + warp * kOutRowsPerWarp, chunks = int(p.L / 8);
   const uint4* w = reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.w_uv) + int64_t(h) * p.V * p.L);
+  __shared__ __align__(16) bf16 merged[kMerge ? kTok : 1][kMlaLatentDim];
+  __shared__ __align__(16) float red[kMerge && kTok < kWarps ? kWarps - kTok : 1][kMlaLatentDim + 4];
+  __shared__ int2 where[kTok];
+  const int T = int(p.T);
+  if (kMerge && int(threadIdx.x) < T) {
+    // The plan ran two or more launches back (before the attention kernel): its jobs are read
+    // before the wait. Token t's seq, then the job holding row (t's query in the seq, h).
+    const int t = threadIdx.x;
+    int seq = 0;
+    while (a.d.query_start[seq + 1] <= t) ++seq;
+    const int rho = (t - a.d.query_start[seq]) * a.d.num_heads + h, jobs = *a.s.num_jobs;
+    const mla::Job* job = reinterpret_cast<const mla::Job*>(a.s.jobs);
+    int2 jr{-1, 0};
+    for (int j = 0; j < jobs && jr.x < 0; ++j)
+      if (job[j].seq == seq && rho >= job[j].row0 && rho < job[j].row0 + job[j].num_rows) jr = {j, rho - job[j].row0};
+    where[t] = jr;
+  }
   uint4 wv[kOutRowsPerWarp][kOutLoads];
 #pragma unroll
   for (int r = 0; r < kOutRowsPerWarp; ++r)
@@ -98,8 +211,14 @@ __global__ void __launch_bounds__(kThreads) absorb_out_few_kernel(MlaAbsorbOutPa
       wv[r][i] = v0 + r < p.V && c < chunks ? w[int64_t(v0 + r) * chunks + c] : make_uint4(0, 0, 0, 0);
     }
   pdl_wait_and_trigger();
-  const int T = int(p.T);
   const bf16* lat = static_cast<const bf16*>(p.latent) + h * p.lat_st1;
+  int64_t lat_st0 = p.lat_st0;
+  if constexpr (kMerge) {
+    __syncthreads();  // where[]
+    merge_rows<kTok>(p, a, h, where, merged, &red[0][0]);
+    __syncthreads();
+    lat = &merged[0][0], lat_st0 = kMlaLatentDim;
+  }
   bf16* out = static_cast<bf16*>(p.out) + h * p.o_st1;
 #pragma unroll
   for (int t = 0; t < kTok; ++t) {
@@ -109,7 +228,7 @@ __global__ void __launch_bounds__(kThreads) absorb_out_few_kernel(MlaAbsorbOutPa
     for (int i = 0; i < kOutLoads; ++i) {
       const int c = lane + 32 * i;
       if (c >= chunks) continue;
-      const uint4 x = *reinterpret_cast<const uint4*>(lat + t * p.lat_st0 + c * 8);
+      const uint4 x = *reinterpret_cast<const uint4*>(lat + t * lat_st0 + c * 8);
 #pragma unroll
       for (int r = 0; r < kOutRowsPerWarp; ++r) acc[r] = dot8(wv[r][i], x, acc[r]);
     }
@@ -124,10 +243,22 @@ __global__ void __launch_bounds__(kThreads) absorb_out_few_kernel(MlaAbsorbOutPa
 }
 
 // The variant of kTok tokens a pass for T <= kMlaAbsorbFewMaxTokens.
-template <class P>
-void launch_variant(void (*k1)(P), void (*k2)(P), void (*k4)(P), void (*k8)(P), dim3 grid, const P& p,
-                    cudaStream_t s) {
-  launch_pdl(p.T == 1 ? k1 : p.T == 2 ? k2 : p.T <= 4 ? k4 : k8, grid, kThreads, 0, s, p);
+template <class... A>
+void launch_variant(void (*k1)(A...), void (*k2)(A...), void (*k4)(A...), void (*k8)(A...), dim3 grid, int64_t T,
+                    cudaStream_t s, const A&... args) {
+  launch_pdl(T == 1 ? k1 : T == 2 ? k2 : T <= 4 ? k4 : k8, grid, kThreads, 0, s, args...);
+}
+
+template <bool kMerge>
+void launch_absorb_out(const MlaAbsorbOutParams& p, const AttentionOutput& a, cudaStream_t stream) {
+  launch_variant(absorb_out_few_kernel<1, kMerge>, absorb_out_few_kernel<2, kMerge>, absorb_out_few_kernel<4, kMerge>,
+                 absorb_out_few_kernel<8, kMerge>, dim3(unsigned(p.H), unsigned((p.V + kOutRows - 1) / kOutRows)),
+                 p.T, stream, p, a);
+}
+
+bool absorb_out_few_fits(const MlaAbsorbOutParams& p) {
+  return p.T >= 1 && p.T <= kMlaAbsorbFewMaxTokens && p.H <= kMlaAbsorbFewMaxHeads && p.L <= kMlaAbsorbFewMaxL &&
+         p.L % 8 == 0 && aligned16(p.w_uv) && aligned16(p.latent) && p.lat_st0 % 8 == 0 && p.lat_st1 % 8 == 0;
 }
 
 }  // namespace
@@ -137,17 +268,23 @@ bool launch_mla_absorb_q_few(const MlaAbsorbQParams& p, cudaStream_t stream) {
       p.L % kQCols != 0 || !aligned16(p.w_uk))
     return false;
   launch_variant(absorb_q_few_kernel<1>, absorb_q_few_kernel<2>, absorb_q_few_kernel<4>, absorb_q_few_kernel<8>,
-                 dim3(unsigned(p.H), unsigned(p.L / kQCols)), p, stream);
+                 dim3(unsigned(p.H), unsigned(p.L / kQCols)), p.T, stream, p);
   return true;
 }
 
 bool launch_mla_absorb_out_few(const MlaAbsorbOutParams& p, cudaStream_t stream) {
-  if (p.T < 1 || p.T > kMlaAbsorbFewMaxTokens || p.H > kMlaAbsorbFewMaxHeads || p.L > kMlaAbsorbFewMaxL ||
-      p.L % 8 != 0 || !aligned16(p.w_uv) || !aligned16(p.latent) || p.lat_st0 % 8 != 0 || p.lat_st1 % 8 != 0)
-    return false;
-  launch_variant(absorb_out_few_kernel<1>, absorb_out_few_kernel<2>, absorb_out_few_kernel<4>,
-                 absorb_out_few_kernel<8>, dim3(unsigned(p.H), unsigned((p.V + kOutRows - 1) / kOutRows)), p, stream);
+  if (!absorb_out_few_fits(p)) return false;
+  launch_absorb_out<false>(p, AttentionOutput{}, stream);
   return true;
+}
+
+bool mla_absorb_out_merge_fits(const MlaAbsorbOutParams& p) {
+  return absorb_out_few_fits(p) && p.L == kMlaLatentDim;
+}
+
+void launch_mla_absorb_out_merge(const MlaAbsorbOutParams& p, const MlaDecodeParams& d, const MlaDecodeSchedule& s,
+                                 cudaStream_t stream) {
+  launch_absorb_out<true>(p, AttentionOutput{d, s}, stream);
 }
 
 }  // namespace mlaserve::cuda

@@ -586,7 +586,7 @@ void mla::launch_mla_decode_combine(const MlaDecodeParams& p, const MlaDecodeSch
     launch_pdl(mla_decode_combine_kernel<1>, grid, block, smem, stream, p, s, S);
 }
 
-void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream) {
+void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream, bool combine) {
   if (s.m_tiles == 4 && s.wgmma && s.pairs && !p.cache_fp8)
     mla::launch_mla_decode_pairs(p, s, stream);
   else if (s.m_tiles == 4 && s.wgmma)
@@ -595,7 +595,7 @@ void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s,
     run_mma_sync<4>(p, s, stream);
   else
     run_mma_sync<1>(p, s, stream);
-  mla::launch_mla_decode_combine(p, s, stream);
+  if (combine) mla::launch_mla_decode_combine(p, s, stream);
 }
 
 }  // namespace mlaserve::cuda

@@ -77,7 +77,9 @@ struct MlaDecodeSchedule {
 };
 
 void launch_mla_decode_plan(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream);
-void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream);
+// combine false: split jobs' partials stay unmerged (the few-token absorb_out merges them).
+void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream,
+                           bool combine = true);
 
 // The persistent plan buffers of one backend, sized for the largest batch seen (they only grow,
 // and graphs captured before a growth keep the buffers they saw).
@@ -91,8 +93,9 @@ class MlaDecodePlan {
   // Schedules the batch of `p` (T query tokens) with a kernel on `stream`, unless batch_id is
   // nonzero and names the batch planned last with the same shape and metadata tensors.
   void plan(const MlaDecodeParams& p, int64_t num_tokens, int64_t batch_id, cudaStream_t stream);
-  // Launches attention (and the combine) of the planned batch.
-  void run(const MlaDecodeParams& p, cudaStream_t stream) const;
+  // Launches attention (and, where `combine`, the combine) of the planned batch.
+  void run(const MlaDecodeParams& p, cudaStream_t stream, bool combine = true) const;
+  const MlaDecodeSchedule& schedule() const { return sched_; }
 
   int force_m_tiles = 0;  // tests: 1 or 4 fixes the rows per job; 0 picks by shape
   bool force_mma_sync = false;  // tests and benchmarks: 64-row jobs on the mma.sync kernel
