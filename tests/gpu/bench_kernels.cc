@@ -216,7 +216,7 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
                  Case{128, 64, 4096, 1}, Case{128, 64, 4096, 64}, Case{128, 1, 32768, 1}, Case{128, 1, 32768, 64},
                  Case{16, 1, 32768, 1}, Case{16, 1, 32768, 64}, Case{128, 128, 1024, 1}, Case{128, 128, 1024, 64},
                  Case{16, 32, 4096, 1}, Case{16, 32, 4096, 64}, Case{16, 128, 1024, 1}, Case{16, 128, 1024, 64},
-                 Case{16, 256, 2048, 1}, Case{16, 256, 2048, 64}, Case{16, 8, 2048, 64},
+                 Case{16, 256, 2048, 1}, Case{16, 256, 2048, 64}, Case{16, 8, 2048, 64}, Case{16, 1, 2048, 64},
                  Case{128, 64, 4096, 64, true}, Case{16, 128, 4096, 64, true}}) {
     std::string shape = fmt::format("H={} B={} ctx{}{} pg={}", c.H, c.B, c.mixed ? "~" : "=", c.ctx, c.page);
     if (shape.find(g_shape_filter) == std::string::npos) continue;
@@ -283,6 +283,23 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
       }
     }
     plan.force_m_tiles = 0, plan.force_mma_sync = false, plan.force_two_stage = false, plan.force_cp_async = false;
+
+    // Attention then W_UV's projection (mla_decode_absorb_out), a decode step's few tokens: the
+    // projection merging the split rows itself, and the combine kernel before it. Bytes: the cache's
+    // and W_UV's (128 x 512 a head).
+    if (c.B <= cuda::kMlaAbsorbFewMaxTokens && c.H <= cuda::kMlaAbsorbFewMaxHeads) {
+      Tensor w_uv = filled_bf16({c.H, 128, 512}, 6), projected = gpu.empty(DType::BF16, {c.B, c.H, 128});
+      for (auto& m : mds) m.batch_id = 1;
+      for (bool merge : {true, false}) {
+        gpu.merge_splits_in_absorb_out = merge;
+        double ms = time_ms(
+            [&](int i) { gpu.mla_decode_absorb_out(q, cache, 1.0f, mds[i % n_sets], scale, w_uv, out, projected); },
+            100, 10);
+        mem_row(merge ? "mla_decode+absorb_out merged" : "mla_decode+absorb_out combine", shape, ms,
+                double(kv_bytes + c.H * 128 * 512 * 2));
+      }
+      gpu.merge_splits_in_absorb_out = true;
+    }
 
     // The FP8 cache: the BF16 one stored through kv_store (device-side), scaled into e4m3's range.
     const float kv_scale = 1.0f / 64;
