@@ -5,7 +5,9 @@
 //   absorb_q:   block (h, 64-column slice of L): 8 threads of 8 columns x 32 groups of rows of
 //               w_uk[h] (a thread holds 4 rows), reduced over the groups by shuffles then over the
 //               warps in shared memory; blocks of slice 0 also copy q_pe into the latent query.
-//   absorb_out: block (h, 16 rows of w_uv[h]): a warp dots 2 rows with the tokens' latents.
+//   absorb_out: block (h, 16 rows of w_uv[h]): a warp dots 2 rows with the tokens' latents. Its
+//               merging form, launched after an attention run without its combine, first merges
+//               the split rows' partials into shared memory (merge_rows).
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/alignment.h"
@@ -143,8 +145,10 @@ __device__ void merge_rows(const MlaAbsorbOutParams& p, const AttentionOutput& a
         const float wk = mma::fast_exp2(l[b] - mx);
         sum += wk;
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          acc[i].x += wk * v[b][i].x, acc[i].y += wk * v[b][i].y, acc[i].z += wk * v[b][i].z, acc[i].w += wk * v[b][i].w;
+        for (int i = 0; i < 4; ++i) {
+          const float4 x = v[b][i];
+          acc[i].x += wk * x.x, acc[i].y += wk * x.y, acc[i].z += wk * x.z, acc[i].w += wk * x.w;
+        }
       }
     }
     if (S > 1 && sub > 0) {

@@ -586,7 +586,8 @@ void mla::launch_mla_decode_combine(const MlaDecodeParams& p, const MlaDecodeSch
     launch_pdl(mla_decode_combine_kernel<1>, grid, block, smem, stream, p, s, S);
 }
 
-void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream, bool combine) {
+void launch_mla_decode_run(const MlaDecodeParams& p, const MlaDecodeSchedule& s, cudaStream_t stream,
+                           bool combine) {
   if (s.m_tiles == 4 && s.wgmma && s.pairs && !p.cache_fp8)
     mla::launch_mla_decode_pairs(p, s, stream);
   else if (s.m_tiles == 4 && s.wgmma)
