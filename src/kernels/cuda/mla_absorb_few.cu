@@ -106,15 +106,14 @@ constexpr int kSplitLoads = 4;
 template <int kTok>
 __device__ void merge_rows(const MlaAbsorbOutParams& p, const AttentionOutput& a, int h, const int2* jr,
                            bf16 (*merged)[kMlaLatentDim], float* red) {
-  constexpr int kL = kMlaLatentDim, S = kWarps / kTok, M4 = kL / 4;
+  constexpr int kL = kMlaLatentDim, S = kWarps / kTok;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = warp / S, sub = warp % S;
   const int M = 16 * a.s.m_tiles;
   const bool has = t < p.T && jr[t].x >= 0;
   const mla::Job jb = has ? reinterpret_cast<const mla::Job*>(a.s.jobs)[jr[t].x] : mla::Job{};
   const int n = jb.num_splits, r = jr[t].y;
   bf16* lat = static_cast<bf16*>(const_cast<void*>(p.latent)) + t * p.lat_st0 + h * p.lat_st1;
-  float4 acc[4] = {};
-  float sum = 0.f;
+  mla::SplitSums sums;
   if (has && n <= 1 && sub == 0) {
     // The attention kernel wrote the row: 16 columns a lane.
 #pragma unroll
@@ -127,58 +126,21 @@ __device__ void merge_rows(const MlaAbsorbOutParams& p, const AttentionOutput& a
     for (int k = lane; k < n; k += 32) mx = fmaxf(mx, lse[int64_t(k) * M]);
 #pragma unroll
     for (int d = 16; d > 0; d /= 2) mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, d));
-    const float4* o = reinterpret_cast<const float4*>(a.s.partial_o + (int64_t(jb.split_offset) * M + r) * kL) + lane;
-    for (int k0 = sub; k0 < n; k0 += kSplitLoads * S) {
-      float4 v[kSplitLoads][4];
-      float l[kSplitLoads];
-#pragma unroll
-      for (int b = 0; b < kSplitLoads; ++b) {
-        const int k = k0 + b * S;
-        l[b] = k < n ? lse[int64_t(k) * M] : -INFINITY;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[b][i] = k < n ? o[int64_t(k) * M * M4 + 32 * i] : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int b = 0; b < kSplitLoads; ++b) {
-        // A split whose rows saw no key has lse -inf and weight 0: skipped, whatever its o holds.
-        if (l[b] == -INFINITY) continue;
-        const float wk = mma::fast_exp2(l[b] - mx);
-        sum += wk;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float4 x = v[b][i];
-          acc[i].x += wk * x.x, acc[i].y += wk * x.y, acc[i].z += wk * x.z, acc[i].w += wk * x.w;
-        }
-      }
-    }
-    if (S > 1 && sub > 0) {
-      float* mine = red + (t * (S - 1) + sub - 1) * (kL + 4);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) reinterpret_cast<float4*>(mine)[lane + 32 * i] = acc[i];
-      if (lane == 0) mine[kL] = sum;
-    }
+    // Several blocks (column slices) read each partial: it stays in L2.
+    mla::add_splits<kSplitLoads, false>(sums, a.s.partial_o + (int64_t(jb.split_offset) * M + r) * kL,
+                                        int64_t(M) * kL, sub, S, n, [&](int k) {
+                                          const float l = lse[int64_t(k) * M];
+                                          return l == -INFINITY ? 0.f : mma::fast_exp2(l - mx);
+                                        });
   }
-  if (S > 1) __syncthreads();
+  mla::fold_split_sums(sums, red + t * (S - 1) * mla::kSplitSumsFloats, sub, S, has && n > 1);
   if (!has || n <= 1 || sub > 0) return;
-  for (int g = 1; g < S; ++g) {
-    const float* theirs = red + (t * (S - 1) + g - 1) * (kL + 4);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float4 x = reinterpret_cast<const float4*>(theirs)[lane + 32 * i];
-      acc[i].x += x.x, acc[i].y += x.y, acc[i].z += x.z, acc[i].w += x.w;
-    }
-    sum += theirs[kL];
-  }
-  const float inv = sum > 0 ? 1.f / sum : 0.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int c = 4 * (lane + 32 * i);
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(acc[i].x * inv, acc[i].y * inv);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(acc[i].z * inv, acc[i].w * inv);
-    *reinterpret_cast<__nv_bfloat162*>(&merged[t][c]) = lo;
-    *reinterpret_cast<__nv_bfloat162*>(&merged[t][c + 2]) = hi;
-    if (blockIdx.y == 0)
-      *reinterpret_cast<__nv_bfloat162*>(lat + c) = lo, *reinterpret_cast<__nv_bfloat162*>(lat + c + 2) = hi;
+    const uint2 v = mla::merged_bf16x4(sums, i);
+    *reinterpret_cast<uint2*>(&merged[t][c]) = v;
+    if (blockIdx.y == 0) *reinterpret_cast<uint2*>(lat + c) = v;
   }
 }
 
@@ -190,7 +152,7 @@ __global__ void __launch_bounds__(kThreads) absorb_out_few_kernel(MlaAbsorbOutPa
   const int v0 = blockIdx.y * kOutRows + warp * kOutRowsPerWarp, chunks = int(p.L / 8);
   const uint4* w = reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.w_uv) + int64_t(h) * p.V * p.L);
   __shared__ __align__(16) bf16 merged[kMerge ? kTok : 1][kMlaLatentDim];
-  __shared__ __align__(16) float red[kMerge && kTok < kWarps ? kWarps - kTok : 1][kMlaLatentDim + 4];
+  __shared__ __align__(16) float red[kMerge && kTok < kWarps ? kWarps - kTok : 1][mla::kSplitSumsFloats];
   __shared__ int2 where[kTok];
   const int T = int(p.T);
   if (kMerge && int(threadIdx.x) < T) {

@@ -452,7 +452,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int MT>
 __global__ void __launch_bounds__(kCombineMaxWarps * 32)
     mla_decode_combine_kernel(MlaDecodeParams p, MlaDecodeSchedule s, int S) {
-  constexpr int M = 16 * MT, kRed = kL + 4, KB = kCombineBatch;
+  constexpr int M = 16 * MT, KB = kCombineBatch;
   extern __shared__ float combine_smem[];
   __shared__ float warp_max[kCombineMaxWarps];
   // The plan ran before the attention kernel (the kernel before this one), and the seqs' metadata
@@ -466,7 +466,7 @@ __global__ void __launch_bounds__(kCombineMaxWarps * 32)
   pdl_wait_and_trigger();  // before any return: every CTA waits before it ends (pdl.cuh)
   if (n <= 1) return;
   float* red = combine_smem;
-  float* w = red + RB * (S - 1) * kRed + lr * s.num_ctas;
+  float* w = red + RB * (S - 1) * kSplitSumsFloats + lr * s.num_ctas;
   const float* lse = s.partial_lse + int64_t(job.split_offset) * M + r;
   float mx = -INFINITY;
   if (has_row)
@@ -483,61 +483,15 @@ __global__ void __launch_bounds__(kCombineMaxWarps * 32)
   if (has_row)
     for (int k = sg * 32 + lane; k < n; k += S * 32) w[k] = w[k] == -INFINITY ? 0.f : fast_exp2(w[k] - mx);
   __syncthreads();
-  float4 acc[4] = {};
-  float sum = 0;
-  const float* o = s.partial_o + (int64_t(job.split_offset) * M + r) * kL + 4 * lane;
+  SplitSums sums;
   if (has_row)
-    for (int k0 = sg; k0 < n; k0 += KB * S) {
-      float4 v[KB][4];
-#pragma unroll
-      for (int b = 0; b < KB; ++b) {
-        const float4* split = reinterpret_cast<const float4*>(o + int64_t(k0 + b * S) * M * kL);
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          v[b][i] = k0 + b * S < n ? __ldcs(split + 32 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int b = 0; b < KB; ++b) {
-        const float wk = k0 + b * S < n ? w[k0 + b * S] : 0.f;
-        if (wk == 0.f) continue;
-        sum += wk;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float4 t = v[b][i];
-          acc[i].x += wk * t.x, acc[i].y += wk * t.y, acc[i].z += wk * t.z, acc[i].w += wk * t.w;
-        }
-      }
-    }
-  if (S > 1) {
-    if (has_row && sg > 0) {
-      float* mine = red + (lr * (S - 1) + sg - 1) * kRed;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) *reinterpret_cast<float4*>(mine + 128 * i + 4 * lane) = acc[i];
-      if (lane == 0) mine[kL] = sum;
-    }
-    __syncthreads();
-    if (sg > 0 || !has_row) return;
-    for (int g = 1; g < S; ++g) {
-      const float* theirs = red + (lr * (S - 1) + g - 1) * kRed;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float4 t = *reinterpret_cast<const float4*>(theirs + 128 * i + 4 * lane);
-        acc[i].x += t.x, acc[i].y += t.y, acc[i].z += t.z, acc[i].w += t.w;
-      }
-      sum += theirs[kL];
-    }
-  }
-  if (!has_row) return;
-  const float inv = sum > 0 ? 1.f / sum : 0.f;
+    add_splits<KB, true>(sums, s.partial_o + (int64_t(job.split_offset) * M + r) * kL, int64_t(M) * kL, sg, S, n,
+                         [&](int k) { return w[k]; });
+  fold_split_sums(sums, red + lr * (S - 1) * kSplitSumsFloats, sg, S, has_row);
+  if (!has_row || sg > 0) return;
   bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h + 4 * lane;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(acc[i].x * inv, acc[i].y * inv);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(acc[i].z * inv, acc[i].w * inv);
-    uint2 packed;
-    packed.x = *reinterpret_cast<const uint32_t*>(&lo), packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(dst + 128 * i) = packed;
-  }
+  for (int i = 0; i < 4; ++i) *reinterpret_cast<uint2*>(dst + 128 * i) = merged_bf16x4(sums, i);
 }
 
 template <int MT, bool kFp8, bool kTma>
@@ -577,7 +531,7 @@ void mla::launch_mla_decode_combine(const MlaDecodeParams& p, const MlaDecodeSch
   int S = 1;
   while (S < kCombineMaxWarps && 4 * S < splits) S *= 2;
   const int warps = std::max(S, kCombineRows), rows = warps / S, M = 16 * s.m_tiles;
-  const size_t smem = (size_t(rows) * (S - 1) * (kL + 4) + size_t(rows) * s.num_ctas) * sizeof(float);
+  const size_t smem = (size_t(rows) * (S - 1) * kSplitSumsFloats + size_t(rows) * s.num_ctas) * sizeof(float);
   MLA_CHECK(smem <= 48 * 1024, "mla_decode combine: {} CTAs' weights do not fit in shared memory", s.num_ctas);
   const dim3 grid(unsigned(s.max_jobs), unsigned((M + rows - 1) / rows)), block(32 * warps);
   if (s.m_tiles == 4)

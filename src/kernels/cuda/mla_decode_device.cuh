@@ -102,6 +102,81 @@ __device__ __forceinline__ void store_o_rows(const MlaDecodeParams& p, const Mla
   }
 }
 
+// ---- Merging a row's split partials (the combine kernel; W_UV's few-token projection) ----------
+// A warp holds a kL-wide row, a lane 16 columns: float4 i at column 4 * (lane + 32 * i).
+
+struct SplitSums {
+  float4 acc[4] = {};
+  float sum = 0.f;
+};
+
+// Adds to s splits k0, k0 + step, ... below n of a row whose split k lies at o + k * split_stride
+// floats, kBatch splits' loads in flight. weight(k) is split k's weight: 0 for a split whose rows saw
+// no key, skipped whatever its o holds. kStream: the partials are read once and evicted first.
+template <int kBatch, bool kStream, class Weight>
+__device__ __forceinline__ void add_splits(SplitSums& s, const float* o, int64_t split_stride, int k0, int step, int n,
+                                           Weight weight) {
+  const float4* row = reinterpret_cast<const float4*>(o) + threadIdx.x % 32;
+  for (; k0 < n; k0 += kBatch * step) {
+    float4 v[kBatch][4];
+    float wk[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int k = k0 + b * step;
+      const float4* split = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(row) + k * split_stride);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        v[b][i] = k >= n ? make_float4(0.f, 0.f, 0.f, 0.f) : kStream ? __ldcs(split + 32 * i) : split[32 * i];
+      wk[b] = k < n ? weight(k) : 0.f;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (wk[b] == 0.f) continue;
+      s.sum += wk[b];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 x = v[b][i];
+        s.acc[i].x += wk[b] * x.x, s.acc[i].y += wk[b] * x.y, s.acc[i].z += wk[b] * x.z, s.acc[i].w += wk[b] * x.w;
+      }
+    }
+  }
+}
+
+constexpr int kSplitSumsFloats = kL + 4;  // a warp's sums in shared memory: the row, then its weight sum
+
+// The S warps of a row (sub: a warp's place) meet: warps 1 to S - 1 leave their sums in red
+// ((S - 1) x kSplitSumsFloats), warp 0 adds them in that order. Every thread of the block calls it
+// (a barrier where S > 1); `has`: the warp holds sums of a row.
+__device__ __forceinline__ void fold_split_sums(SplitSums& s, float* red, int sub, int S, bool has) {
+  if (S <= 1) return;
+  const int lane = threadIdx.x % 32;
+  if (has && sub > 0) {
+    float* mine = red + (sub - 1) * kSplitSumsFloats;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) reinterpret_cast<float4*>(mine)[lane + 32 * i] = s.acc[i];
+    if (lane == 0) mine[kL] = s.sum;
+  }
+  __syncthreads();
+  if (!has || sub > 0) return;
+  for (int g = 1; g < S; ++g) {
+    const float* theirs = red + (g - 1) * kSplitSumsFloats;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 x = reinterpret_cast<const float4*>(theirs)[lane + 32 * i];
+      s.acc[i].x += x.x, s.acc[i].y += x.y, s.acc[i].z += x.z, s.acc[i].w += x.w;
+    }
+    s.sum += theirs[kL];
+  }
+}
+
+// The merged row's 4 BF16 values at column 4 * (lane + 32 * i), packed.
+__device__ __forceinline__ uint2 merged_bf16x4(const SplitSums& s, int i) {
+  const float inv = s.sum > 0 ? 1.f / s.sum : 0.f;
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(s.acc[i].x * inv, s.acc[i].y * inv);
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(s.acc[i].z * inv, s.acc[i].w * inv);
+  return make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+}
+
 // ---- FP8 cache: e4m3 rows of 576 bytes (36 chunks of 16), staged as they are ------------------
 
 constexpr int kF8Chunks = kD / 16;
