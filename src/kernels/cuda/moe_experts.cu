@@ -152,6 +152,26 @@ __global__ void __launch_bounds__(kThreads, kTok > 2 ? 2 : 4) gate_up_kernel(Moe
   }
 }
 
+// acc[rr][tk] += the dot of weight row w[rr] with activation row a[tk] (tokens below nt), over the
+// 16-byte chunks from c0 on, every 32nd (a lane's share of the rows' nc chunks).
+template <int kRows, int kTok>
+__device__ __forceinline__ void dot_rows(const uint4* const (&w)[kRows], const uint4* const (&a)[kTok], int nt, int c0,
+                                         int nc, float (&acc)[kRows][kTok]) {
+#pragma unroll 4
+  for (int c = c0; c < nc; c += 32) {
+    uint4 wv[kRows];
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr) wv[rr] = __ldg(w[rr] + c);
+#pragma unroll
+    for (int tk = 0; tk < kTok; ++tk)
+      if (tk < nt) {
+        const uint4 av = __ldg(a[tk] + c);
+#pragma unroll
+        for (int rr = 0; rr < kRows; ++rr) acc[rr][tk] = dot8(wv[rr], av, acc[rr][tk]);
+      }
+  }
+}
+
 // y[p, r] = down[e][r] . act[p] (fp32) for the pairs p of one expert.
 template <int kTok>
 __global__ void __launch_bounds__(kThreads, kTok == 1 ? 6 : 0) down_kernel(MoeDecodeParams p) {
@@ -180,24 +200,8 @@ __global__ void __launch_bounds__(kThreads, kTok == 1 ? 6 : 0) down_kernel(MoeDe
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr)
       d[rr] = reinterpret_cast<const uint4*>(dw + int64_t(min(r0 + rr, H - 1)) * I);
-    float acc[kRowsPerWarp][kTok];
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr)
-#pragma unroll
-      for (int tk = 0; tk < kTok; ++tk) acc[rr][tk] = 0.0f;
-#pragma unroll 4
-    for (int c = lane; c < nc; c += 32) {
-      uint4 w[kRowsPerWarp];
-#pragma unroll
-      for (int rr = 0; rr < kRowsPerWarp; ++rr) w[rr] = __ldg(d[rr] + c);
-#pragma unroll
-      for (int tk = 0; tk < kTok; ++tk)
-        if (tk < nt) {
-          uint4 av = __ldg(ar[tk] + c);
-#pragma unroll
-          for (int rr = 0; rr < kRowsPerWarp; ++rr) acc[rr][tk] = dot8(w[rr], av, acc[rr][tk]);
-        }
-    }
+    float acc[kRowsPerWarp][kTok] = {};
+    dot_rows(d, ar, nt, lane, nc, acc);
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr)
 #pragma unroll
@@ -223,26 +227,18 @@ __global__ void __launch_bounds__(kMaxSlotWarps * 32)
   const int H = p.hidden, nc = p.inter / 8, k = p.top_k;
   const int j = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = blockIdx.x * kOneTokenRows;
   const int e = p.ids[j];
-  float acc[kOneTokenRows] = {};
+  float acc[kOneTokenRows][1] = {};
   if (e >= 0 && e < p.num_experts) {  // an id outside [0, E) adds nothing
     const uint4* d = static_cast<const uint4*>(p.down[e]);
-    const uint4* a = static_cast<const uint4*>(p.act) + int64_t(j) * nc;
+    const uint4* a[1] = {static_cast<const uint4*>(p.act) + int64_t(j) * nc};
     const uint4* dr[kOneTokenRows];
 #pragma unroll
     for (int rr = 0; rr < kOneTokenRows; ++rr) dr[rr] = d + int64_t(min(r0 + rr, H - 1)) * nc;
-#pragma unroll 4
-    for (int c = lane; c < nc; c += 32) {
-      uint4 w[kOneTokenRows];
-#pragma unroll
-      for (int rr = 0; rr < kOneTokenRows; ++rr) w[rr] = __ldg(dr[rr] + c);
-      const uint4 av = __ldg(a + c);
-#pragma unroll
-      for (int rr = 0; rr < kOneTokenRows; ++rr) acc[rr] = dot8(w[rr], av, acc[rr]);
-    }
+    dot_rows(dr, a, 1, lane, nc, acc);
   }
 #pragma unroll
   for (int rr = 0; rr < kOneTokenRows; ++rr) {
-    const float y = warp_sum(acc[rr]);
+    const float y = warp_sum(acc[rr][0]);
     if (lane == 0) s_y[j][rr] = y;
   }
   __syncthreads();
