@@ -167,7 +167,8 @@ class CudaBackend final : public Backend {
   std::shared_ptr<SamplerState> sampler_;  // made on first use (cuda_backend_sampling.cc)
   // Split-KV schedule of mla_decode, made once per batch (md.batch_id) and reused by every layer.
   std::shared_ptr<MlaDecodePlan> mla_decode_plan_;
-  std::shared_ptr<MlaAbsorbRunner> absorb_;  // made on first use (cuda_backend_mla_absorb.cc)
+  MlaAbsorbRunner& mla_absorb();  // absorb_, made on first use
+  std::shared_ptr<MlaAbsorbRunner> absorb_;
   int num_sms_ = 0;
   int* skinny_counters_ = nullptr;  // kSkinnyCounters of them
   Fp8GemmTuning fp8_tuning_;  // from tune-fp8-gemm's file for this device (backend_factory.cc)

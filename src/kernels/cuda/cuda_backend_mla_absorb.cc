@@ -18,6 +18,11 @@ void check_bf16(const Tensor& t, const Shape& shape, bool contiguous, const char
 
 }  // namespace
 
+MlaAbsorbRunner& CudaBackend::mla_absorb() {
+  if (!absorb_) absorb_ = std::make_shared<MlaAbsorbRunner>();
+  return *absorb_;
+}
+
 void CudaBackend::mla_absorb_q(const Tensor& q_nope, const Tensor& q_pe, const Tensor& w_uk, Tensor& q_latent) {
   MLA_CHECK(q_nope.defined() && q_nope.ndim() == 3 && q_pe.defined() && q_pe.ndim() == 3 && w_uk.defined() &&
                 w_uk.ndim() == 3,
@@ -27,11 +32,10 @@ void CudaBackend::mla_absorb_q(const Tensor& q_nope, const Tensor& q_pe, const T
   check_bf16(q_pe, {T, H, R}, false, "mla_absorb_q q_pe");
   check_bf16(w_uk, {H, nope, L}, true, "mla_absorb_q w_uk");
   check_bf16(q_latent, {T, H, L + R}, false, "mla_absorb_q q_latent");
-  if (!absorb_) absorb_ = std::make_shared<MlaAbsorbRunner>();
   MlaAbsorbQParams p{q_nope.raw(),      q_pe.raw(),       w_uk.raw(),        q_latent.raw(),
                      q_nope.stride(0),  q_nope.stride(1), q_pe.stride(0),    q_pe.stride(1),
                      q_latent.stride(0), q_latent.stride(1), T, H, nope, R, L};
-  absorb_->absorb_q(p, stream_);
+  mla_absorb().absorb_q(p, stream_);
 }
 
 MlaAbsorbOutParams mla_absorb_out_params(const Tensor& latent, const Tensor& w_uv, Tensor& out) {
@@ -47,8 +51,7 @@ MlaAbsorbOutParams mla_absorb_out_params(const Tensor& latent, const Tensor& w_u
 
 void CudaBackend::mla_absorb_out(const Tensor& latent, const Tensor& w_uv, Tensor& out) {
   const MlaAbsorbOutParams p = mla_absorb_out_params(latent, w_uv, out);
-  if (!absorb_) absorb_ = std::make_shared<MlaAbsorbRunner>();
-  absorb_->absorb_out(p, stream_);
+  mla_absorb().absorb_out(p, stream_);
 }
 
 namespace {

@@ -166,16 +166,16 @@ void CudaBackend::mla_decode_absorb_out(const Tensor& q, const Tensor& cache, fl
   const MlaDecodeParams p = mla_decode_params(q, cache, kv_scale, md, scale, o_latent, plan);
   const MlaAbsorbOutParams a = mla_absorb_out_params(o_latent, w_uv, out);
   if (q.size(0) == 0) return;
-  if (!absorb_) absorb_ = std::make_shared<MlaAbsorbRunner>();
+  MlaAbsorbRunner& absorb = mla_absorb();
   plan.plan(p, q.size(0), md.batch_id, stream_);
   // A few tokens' projection merges the split rows itself: the combine's launch and its round trip
   // through o_latent leave the chain of dependent kernels.
-  const bool merge = merge_splits_in_absorb_out && absorb_->few_token_kernels && mla_absorb_out_merge_fits(a);
+  const bool merge = merge_splits_in_absorb_out && absorb.few_token_kernels && mla_absorb_out_merge_fits(a);
   plan.run(p, stream_, /*combine=*/!merge);
   if (merge)
     launch_mla_absorb_out_merge(a, p, plan.schedule(), stream_);
   else
-    absorb_->absorb_out(a, stream_);
+    absorb.absorb_out(a, stream_);
 }
 
 }  // namespace mlaserve::cuda
