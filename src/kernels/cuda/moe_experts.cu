@@ -222,19 +222,33 @@ constexpr int kMaxSlotWarps = 32;
 constexpr int kOneTokenRows = 4;  // a warp's rows: 16 loads in flight a lane, and one wave of blocks
 __global__ void __launch_bounds__(kMaxSlotWarps * 32)
     down_combine_one_token_kernel(MoeDecodeParams p, const float* weights, bf16* out) {
-  pdl_wait_and_trigger();
   __shared__ float s_y[kMaxSlotWarps][kOneTokenRows];
   const int H = p.hidden, nc = p.inter / 8, k = p.top_k;
   const int j = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = blockIdx.x * kOneTokenRows;
+  // The route kernel wrote the ids two launches back (complete when this one starts): the expert and
+  // a lane's first 16 bytes of its rows are read before the wait, the activations after it.
   const int e = p.ids[j];
-  float acc[kOneTokenRows][1] = {};
-  if (e >= 0 && e < p.num_experts) {  // an id outside [0, E) adds nothing
+  const bool valid = e >= 0 && e < p.num_experts;  // an id outside [0, E) adds nothing
+  const uint4* dr[kOneTokenRows];
+  uint4 first[kOneTokenRows];
+  if (valid) {
     const uint4* d = static_cast<const uint4*>(p.down[e]);
-    const uint4* a[1] = {static_cast<const uint4*>(p.act) + int64_t(j) * nc};
-    const uint4* dr[kOneTokenRows];
 #pragma unroll
-    for (int rr = 0; rr < kOneTokenRows; ++rr) dr[rr] = d + int64_t(min(r0 + rr, H - 1)) * nc;
-    dot_rows(dr, a, 1, lane, nc, acc);
+    for (int rr = 0; rr < kOneTokenRows; ++rr) {
+      dr[rr] = d + int64_t(min(r0 + rr, H - 1)) * nc;
+      if (lane < nc) first[rr] = __ldg(dr[rr] + lane);
+    }
+  }
+  pdl_wait_and_trigger();
+  float acc[kOneTokenRows][1] = {};
+  if (valid) {
+    const uint4* a[1] = {static_cast<const uint4*>(p.act) + int64_t(j) * nc};
+    if (lane < nc) {
+      const uint4 av = __ldg(a[0] + lane);
+#pragma unroll
+      for (int rr = 0; rr < kOneTokenRows; ++rr) acc[rr][0] = dot8(first[rr], av, acc[rr][0]);
+    }
+    dot_rows(dr, a, 1, lane + 32, nc, acc);
   }
 #pragma unroll
   for (int rr = 0; rr < kOneTokenRows; ++rr) {
