@@ -15,6 +15,16 @@ void Backend::mla_norm_rope_store(Tensor& latent, Tensor& q_pe, const Tensor& no
   kv_store(latent, slots, cache, kv_scale);
 }
 
+void Backend::rmsnorm_linear(const Tensor& x, Tensor* residual, const Tensor& norm, float eps, Tensor* normed,
+                             const LinearWeight& w, Tensor& out) {
+  Tensor n = normed ? *normed : empty(x.dtype(), x.shape());
+  if (residual)
+    add_rmsnorm(x, *residual, norm, eps, n);
+  else
+    rmsnorm(x, norm, eps, n);
+  linear(n, w, out);
+}
+
 void Backend::mla_decode_absorb_out(const Tensor& q, const Tensor& cache, float kv_scale, const AttentionMetadata& md,
                                     float scale, const Tensor& w_uv, Tensor& o_latent, Tensor& out) {
   mla_decode(q, cache, kv_scale, md, scale, o_latent);

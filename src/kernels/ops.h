@@ -157,6 +157,13 @@ class Backend {
   virtual void add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) = 0;
   // out = x · W^T. x [T, K], out [T, N]; W any weight dtype (FP8 blocks dequantized on the fly).
   virtual void linear(const Tensor& x, const LinearWeight& w, Tensor& out) = 0;
+  // A block's first linear with its input's normalization: n = rmsnorm(x) (residual null) or
+  // add_rmsnorm (residual given: it ends holding x + residual, possibly in a buffer it is rebound
+  // to), then out = n · W^T. n goes to *normed where given (later linears read it), else it may never
+  // exist: a backend may fold the norm into the GEMM. The default runs the ops in turn
+  // (backend_fused.cc).
+  virtual void rmsnorm_linear(const Tensor& x, Tensor* residual, const Tensor& norm, float eps, Tensor* normed,
+                              const LinearWeight& w, Tensor& out);
 
   // FP8 W8A8, as FP8 checkpoints are meant to run (callers go through apply_linear below). A
   // backend without it leaves supports_fp8_w8a8() false and keeps FP8 weights in another form.

@@ -230,13 +230,24 @@ DeepseekModel::BlockInput DeepseekModel::normalize(const Tensor& x, Tensor* resi
   BlockInput in;
   if (r.plain) in.x = out;
   if (!r.fp8) {
-    if (residual) ops.add_rmsnorm(x, *residual, w, eps, out);
-    else ops.rmsnorm(x, w, eps, out);
+    in.deferred = DeferredNorm{x, residual, &w};
     return in;
   }
   in.fp8 = ops.empty_fp8_activation(x.size(0), x.size(1), r.group);
   ops.rmsnorm_fp8(x, residual, w, eps, in.x, in.fp8);
   return in;
+}
+
+void DeepseekModel::first_linear(BlockInput& in, const LinearWeight& w, Tensor& out, bool later_readers) {
+  if (in.deferred) {
+    const DeferredNorm d = *in.deferred;
+    in.deferred.reset();
+    backend_.rmsnorm_linear(d.x, d.residual, *d.w, float(config_.rms_norm_eps), later_readers ? &in.x : nullptr, w,
+                            out);
+    if (!later_readers) in.x = Tensor{};  // never written: a later read fails loudly
+  } else {
+    apply_linear(backend_, in.x, in.fp8, w, out);
+  }
 }
 
 Tensor DeepseekModel::forward(const ForwardBatch& host_batch, KvPool& kv) {
@@ -266,7 +277,7 @@ Tensor DeepseekModel::forward_on_backend(ForwardBatch batch, KvPool& kv) {
                                    {&a.q_kv_a, &a.q_proj, &a.q_a_proj, &a.kv_a_proj});
     Tensor attn_out = attention(l, attn_in, batch, kv);
     if (w.is_moe)  // the router and the experts read BF16 rows (the FP8 experts quantize beside their sort)
-      hidden = moe(l, normalize(attn_out, &residual, w.post_attention_norm, normed, {}).x);
+      hidden = moe(l, normalize(attn_out, &residual, w.post_attention_norm, normed, {}));
     else
       hidden = dense_mlp(w.mlp, normalize(attn_out, &residual, w.post_attention_norm, normed,
                                           {&w.mlp.gate_up, &w.mlp.gate, &w.mlp.up}));
@@ -281,7 +292,7 @@ Tensor DeepseekModel::forward_on_backend(ForwardBatch batch, KvPool& kv) {
   return logits;
 }
 
-Tensor DeepseekModel::attention(int64_t l, const BlockInput& in, const ForwardBatch& batch, KvPool& kv) {
+Tensor DeepseekModel::attention(int64_t l, BlockInput in, const ForwardBatch& batch, KvPool& kv) {
   Backend& ops = backend_;
   const ModelConfig& c = config_;
   const AttentionWeights& w = weights_.layers[size_t(l)].attn;
@@ -295,12 +306,12 @@ Tensor DeepseekModel::attention(int64_t l, const BlockInput& in, const ForwardBa
   Tensor q_or_qa, latent;
   if (w.q_kv_a.weight.defined()) {
     Tensor both = ops.empty(act, {T, Nq + L + rope});
-    apply_linear(ops, in.x, in.fp8, w.q_kv_a, both);
+    first_linear(in, w.q_kv_a, both, false);
     q_or_qa = both.narrow(1, 0, Nq);
     latent = both.narrow(1, Nq, L + rope);
   } else {
     q_or_qa = ops.empty(act, {T, Nq});
-    apply_linear(ops, in.x, in.fp8, c.q_lora_rank > 0 ? w.q_a_proj : w.q_proj, q_or_qa);
+    first_linear(in, c.q_lora_rank > 0 ? w.q_a_proj : w.q_proj, q_or_qa, true);  // and kv_a
     latent = ops.empty(act, {T, L + rope});
     apply_linear(ops, in.x, in.fp8, w.kv_a_proj, latent);
   }
@@ -310,7 +321,7 @@ Tensor DeepseekModel::attention(int64_t l, const BlockInput& in, const ForwardBa
   if (c.q_lora_rank > 0) {
     BlockInput qa = normalize(q_or_qa, nullptr, w.q_a_norm, q_or_qa, {&w.q_b_proj});
     q = ops.empty(act, {T, nh * qk});
-    apply_linear(ops, qa.x, qa.fp8, w.q_b_proj, q);
+    first_linear(qa, w.q_b_proj, q, false);
   }
   Tensor q3 = q.as_strided({T, nh, qk}, {q.stride(0), qk, 1});
   Tensor q_nope = q3.narrow(2, 0, nope), q_pe = q3.narrow(2, nope, rope);
@@ -345,18 +356,18 @@ Tensor DeepseekModel::attention(int64_t l, const BlockInput& in, const ForwardBa
   return o;
 }
 
-Tensor DeepseekModel::dense_mlp(const GatedMlpWeights& w, const BlockInput& in) {
+Tensor DeepseekModel::dense_mlp(const GatedMlpWeights& w, BlockInput in) {
   Backend& ops = backend_;
   int64_t T = in.rows(), I = w.down.in_features();
   DType act = ops.activation_dtype();
   Tensor gate, up;
   if (w.gate_up.weight.defined()) {
     Tensor gu = ops.empty(act, {T, 2 * I});
-    apply_linear(ops, in.x, in.fp8, w.gate_up, gu);
+    first_linear(in, w.gate_up, gu, false);
     gate = gu.narrow(1, 0, I), up = gu.narrow(1, I, I);
   } else {
     gate = ops.empty(act, {T, I}), up = ops.empty(act, {T, I});
-    apply_linear(ops, in.x, in.fp8, w.gate, gate);
+    first_linear(in, w.gate, gate, true);  // and up
     apply_linear(ops, in.x, in.fp8, w.up, up);
   }
   // silu(gate) * up, quantized by the same kernel where down runs as FP8 W8A8.
@@ -374,26 +385,27 @@ Tensor DeepseekModel::dense_mlp(const GatedMlpWeights& w, const BlockInput& in) 
   return out;
 }
 
-Tensor DeepseekModel::moe(int64_t layer, const Tensor& x) {
+Tensor DeepseekModel::moe(int64_t layer, BlockInput in) {
   Backend& ops = backend_;
   const MoeWeights& w = weights_.layers[size_t(layer)].moe;
   MoeRouting routing = config_.moe_routing();
-  int64_t T = x.size(0), chunks = shared_chunks_[size_t(layer)];
+  int64_t T = in.rows(), chunks = shared_chunks_[size_t(layer)];
   // A fused layer's shared chunks are the last experts: few tokens route to them (every token,
   // weight 1); more tokens run them as dense MLPs below, which the routed ids never name.
   bool route_shared = chunks > 0 && T <= options_.shared_fusion_max_tokens;
   if (route_shared) routing.num_fused_shared = int32_t(chunks);
   Tensor router_logits = ops.empty(DType::F32, {T, routing.num_experts});
-  ops.linear(x, LinearWeight{w.router, {}}, router_logits);
+  first_linear(in, LinearWeight{w.router, {}}, router_logits, true);  // and the experts
+  const Tensor& x = in.x;
   Tensor ids = ops.empty(DType::I32, {T, routing.slots()}), weights = ops.empty(DType::F32, {T, routing.slots()});
   ops.moe_route(router_logits, w.correction_bias, routing, ids, weights);
   Tensor out = ops.empty(ops.activation_dtype(), {T, x.size(1)});
   ops.moe_experts(x, ids, weights, w.experts, out);
   if (chunks > 0 && !route_shared) {
     for (size_t e = w.experts.size() - size_t(chunks); e < w.experts.size(); ++e)
-      ops.add(out, dense_mlp(w.experts[e], {x, {}}));
+      ops.add(out, dense_mlp(w.experts[e], BlockInput{x, {}, {}}));
   } else if (chunks == 0 && w.has_shared) {
-    ops.add(out, dense_mlp(w.shared, {x, {}}));
+    ops.add(out, dense_mlp(w.shared, BlockInput{x, {}, {}}));
   }
   ops.all_reduce(out);
   return out;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <optional>
 #include <vector>
 
 #include "cache/kv_pool.h"
@@ -54,21 +55,34 @@ class DeepseekModel {
   Backend& backend() { return backend_; }
 
  private:
+  // The normalization of a block's input, left to its first linear (Backend::rmsnorm_linear).
+  struct DeferredNorm {
+    Tensor x;
+    Tensor* residual = nullptr;
+    const Tensor* w = nullptr;
+  };
   // A block's input, in the forms its linears read: BF16 rows x for those that run unquantized
   // (undefined where none does), and x quantized for those that run as FP8 W8A8 (by the kernel that
-  // normalizes it; undefined where none does).
+  // normalizes it; undefined where none does). With `deferred`, x is written by the first linear
+  // (first_linear), which normalizes it on the way.
   struct BlockInput {
     Tensor x;
     Fp8Activation fp8;
+    std::optional<DeferredNorm> deferred;
     int64_t rows() const { return x.defined() ? x.size(0) : fp8.q.size(0); }
   };
-  // rmsnorm(x) * w into out (residual given: residual += x first, and that normalized) in the forms
-  // `readers` take.
+  // rmsnorm(x) * w into out (residual given: residual += x first, and that normalized; the stream may
+  // be rebound to a new buffer) in the forms `readers` take; where they all take BF16 rows, deferred
+  // to the block's first linear.
   BlockInput normalize(const Tensor& x, Tensor* residual, const Tensor& w, Tensor out,
                        std::initializer_list<const LinearWeight*> readers);
-  Tensor attention(int64_t layer, const BlockInput& in, const ForwardBatch& batch, KvPool& kv);
-  Tensor dense_mlp(const GatedMlpWeights& w, const BlockInput& in);
-  Tensor moe(int64_t layer, const Tensor& x);
+  // out = in · w^T for the block's first linear (which normalizes in first, where that is deferred);
+  // later ones read in.x (or in.fp8) by apply_linear. later_readers: whether any do (else the
+  // normalized rows need never exist, and in.x is left undefined).
+  void first_linear(BlockInput& in, const LinearWeight& w, Tensor& out, bool later_readers);
+  Tensor attention(int64_t layer, BlockInput in, const ForwardBatch& batch, KvPool& kv);
+  Tensor dense_mlp(const GatedMlpWeights& w, BlockInput in);
+  Tensor moe(int64_t layer, BlockInput in);
   // Appends each MoE layer's shared-expert chunks to its experts where options_ and the weights
   // allow (fills shared_chunks_).
   void fuse_shared_experts();

@@ -1,4 +1,8 @@
 // Every CUDA op against the CPU reference on fresh random inputs, over DeepSeek shapes.
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
 #include "gpu_test_util.h"
 
 #include "kernels/cpu/cpu_backend.h"
@@ -49,6 +53,71 @@ TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
       gpu.add_rmsnorm(dev_bf16(x), res_gpu, gpu.to_device(w), 1e-6f, out2);
       EXPECT_LE(rel_l2(gpu.to_host(out2), want2), kBf16Tolerance) << "add_rmsnorm D=" << D << " T=" << T;
       EXPECT_LE(rel_l2(gpu.to_host(res_gpu), res_cpu), kBf16Tolerance) << "residual D=" << D;
+    }
+  }
+}
+
+TEST_F(CudaOps, RmsNormLinearFoldsTheNormIntoTheGemm) {
+  // A block's first linear with its input's norm: folded into the skinny GEMM (one row, a BF16 norm,
+  // K <= 2048 in one split, a wave of CTAs) or the ops in turn. Against the CPU, and the fold against the ops in turn
+  // on the device: the residual bit for bit, the output and the normalized rows within BF16 rounding
+  // (the fold rounds r * g where the ops round the normalized rows). Shapes: V2-Lite's q_kv_a and
+  // router, V3's q_b (after q_a's norm; past a wave of CTAs: not folded), V3's q_kv_a and router
+  // (split K: not folded), odd widths.
+  struct Case {
+    int64_t N, K;
+    bool f32_out, folds;  // folds: at T = 1 with a BF16 norm
+  };
+  for (Case c : {Case{3648, 2048, false, true}, Case{64, 2048, true, true}, Case{24576, 1536, false, false},
+                 Case{2112, 7168, false, false}, Case{256, 7168, true, false}, Case{100, 136, false, true},
+                 Case{48, 1000, true, true}}) {
+    for (int64_t T : {1, 3, 9}) {
+      for (bool with_residual : {true, false}) {
+        for (DType norm_dt : {DType::BF16, DType::F32}) {
+          for (bool with_normed : {true, false}) {
+            // The CPU reference of the wide shapes and the unfolded norm weights: fewer row counts.
+            if ((c.N * c.K > 8 * 1024 * 1024 || norm_dt == DType::F32) && T != 1) continue;
+            const uint64_t s = seed + uint64_t(c.N * 131 + c.K * 7 + T * 3 + (with_residual ? 1 : 0));
+            Tensor x = random_f32({T, c.K}, s, 2.0f), res = random_f32({T, c.K}, s + 1);
+            Tensor norm = random_f32({c.K}, s + 2, 0.2f, 1.0f);
+            Tensor w = random_f32({c.N, c.K}, s + 3, 1.0f / std::sqrt(float(c.K)));
+            const DType out_dt = c.f32_out ? DType::F32 : DType::BF16;
+            std::ostringstream what;
+            what << "N=" << c.N << " K=" << c.K << " T=" << T << " residual=" << with_residual
+                 << " norm f32=" << (norm_dt == DType::F32) << " normed=" << with_normed;
+            Tensor xd = dev_bf16(x), nd = gpu.to_device(to_dtype(norm, norm_dt)), wd = dev_bf16(w);
+            std::vector<Tensor> outs, residuals, normeds;
+            for (bool fold : {true, false}) {
+              gpu.fold_norm_into_linear = fold;
+              Tensor r = dev_bf16(res), normed = poisoned(gpu, DType::BF16, {T, c.K});
+              const void* r_before = r.raw();
+              Tensor out = poisoned(gpu, out_dt, {T, c.N});
+              gpu.rmsnorm_linear(xd, with_residual ? &r : nullptr, nd, 1e-6f, with_normed ? &normed : nullptr,
+                                 LinearWeight{wd, {}}, out);
+              if (fold && with_residual) {
+                EXPECT_EQ(r.raw() != r_before, c.folds && T == 1 && norm_dt == DType::BF16) << what.str();
+              }
+              outs.push_back(gpu.to_host(out)), residuals.push_back(gpu.to_host(r));
+              normeds.push_back(gpu.to_host(normed));
+            }
+            gpu.fold_norm_into_linear = true;
+            EXPECT_EQ(std::memcmp(residuals[0].raw(), residuals[1].raw(), residuals[1].nbytes()), 0) << what.str();
+            EXPECT_LE(rel_l2(outs[0], outs[1].to_f32()), kBf16Tolerance) << what.str();
+            Tensor res_cpu = res.to_f32(), normed_cpu = Tensor::empty(DType::F32, {T, c.K});
+            Tensor want = Tensor::empty(DType::F32, {T, c.N});
+            cpu->rmsnorm_linear(x, with_residual ? &res_cpu : nullptr, norm, 1e-6f, &normed_cpu, LinearWeight{w, {}},
+                                want);
+            EXPECT_LE(rel_l2(outs[0], want), kBf16Tolerance) << what.str();
+            if (with_residual) {
+              EXPECT_LE(rel_l2(residuals[0], res_cpu), kBf16Tolerance) << what.str();
+            }
+            if (with_normed) {
+              EXPECT_LE(rel_l2(normeds[0], normed_cpu), kBf16Tolerance) << what.str();
+              EXPECT_LE(rel_l2(normeds[0], normeds[1].to_f32()), kBf16Tolerance) << what.str();
+            }
+          }
+        }
+      }
     }
   }
 }

@@ -1,5 +1,5 @@
-// Eight BF16 values in 16 bytes, the unit of the vectorized kernels' loads: widened to fp32, or
-// dotted with eight others (fp32, pair by pair in order).
+// Eight BF16 values in 16 bytes, the unit of the vectorized kernels' loads: widened to fp32,
+// rounded back from it, or dotted with eight others (fp32, pair by pair in order).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,6 +14,14 @@ __device__ __forceinline__ void unpack8(const uint4& v, float* f) {
     f[2 * k] = t.x;
     f[2 * k + 1] = t.y;
   }
+}
+
+__device__ __forceinline__ uint4 pack8(const float* f) {
+  uint4 v;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+  return v;
 }
 
 __device__ __forceinline__ float dot8(const uint4& a, const uint4& b, float acc) {

@@ -1,5 +1,8 @@
 #include "kernels/cuda/cuda_backend.h"
 
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm_runner.h"
@@ -181,6 +184,45 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, Tensor& out) {
     gemm_->bf16_nt(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), out.raw(), out.stride(0), out_f32, T, N,
                    K, stream_);
   }
+}
+
+void CudaBackend::rmsnorm_linear(const Tensor& x, Tensor* residual, const Tensor& norm, float eps, Tensor* normed,
+                                 const LinearWeight& w, Tensor& out) {
+  auto rows_ok = [&](const Tensor& t) {
+    return t.defined() && t.device() == Device::CUDA && t.dtype() == DType::BF16 && t.ndim() == 2 &&
+           t.shape() == x.shape() && t.stride(1) == 1 && t.stride(0) % 8 == 0 && aligned16(t.raw());
+  };
+  const int64_t T = x.size(0), K = x.size(1), N = w.out_features();
+  const bool fold = fold_norm_into_linear && !w.is_fp8_block() && w.weight.defined() &&
+                    w.weight.dtype() == DType::BF16 && w.in_features() == K && rows_ok(x) &&
+                    (!residual || rows_ok(*residual)) && norm.defined() &&
+                    norm.device() == Device::CUDA && norm.dtype() == DType::BF16 && norm.numel() == K &&
+                    aligned16(norm.raw()) && out.defined() && out.device() == Device::CUDA && out.ndim() == 2 &&
+                    (out.dtype() == DType::BF16 || out.dtype() == DType::F32) && out.stride(1) == 1 &&
+                    out.size(0) == T && out.size(1) == N &&
+                    skinny_gemm_fits(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), T, K) &&
+                    skinny_norm_fits(T, N, K, num_sms_);
+  // Other CTAs still read x and the residual while one writes its share of the normalized rows.
+  const bool normed_ok = !normed || (rows_ok(*normed) && normed->raw() != x.raw() &&
+                                     (!residual || normed->raw() != residual->raw()));
+  if (!fold || !normed_ok) {
+    Backend::rmsnorm_linear(x, residual, norm, eps, normed, w, out);
+    return;
+  }
+  SkinnyNorm n;
+  n.weight = static_cast<const __nv_bfloat16*>(norm.raw()), n.eps = eps;
+  Tensor sum;
+  if (residual) {
+    // Every CTA reads all of the old residual: the sum goes to a new buffer, which the stream is
+    // rebound to.
+    sum = empty(DType::BF16, {T, K});
+    n.residual = static_cast<const __nv_bfloat16*>(residual->raw());
+    n.residual_out = static_cast<__nv_bfloat16*>(sum.raw());
+  }
+  if (normed) n.normed = static_cast<__nv_bfloat16*>(normed->raw());
+  launch_skinny_gemm(x.raw(), x.stride(0), w.weight.raw(), w.weight.stride(0), out.raw(), out.stride(0),
+                     out.dtype() == DType::F32, T, N, K, SkinnySplit{}, stream_, &n);
+  if (residual) *residual = sum;
 }
 
 void CudaBackend::silu_and_mul(const Tensor& gate, const Tensor& up, Tensor& out) {

@@ -68,6 +68,12 @@ class CudaBackend final : public Backend {
   void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) override;
   void linear(const Tensor& x, const LinearWeight& w, Tensor& out) override;
+  // One row (decode at batch 1) into a BF16 weight that skinny_norm_fits: the norm folded into the
+  // skinny GEMM (SkinnyNorm), the residual sum into a new buffer. Else the ops in turn.
+  void rmsnorm_linear(const Tensor& x, Tensor* residual, const Tensor& norm, float eps, Tensor* normed,
+                      const LinearWeight& w, Tensor& out) override;
+  // Tests and benchmarks: false runs rmsnorm_linear as the ops in turn.
+  bool fold_norm_into_linear = true;
   bool supports_fp8_w8a8() const override { return true; }
   void quantize_fp8_per_token_group(const Tensor& x, int64_t group, Tensor& q, Tensor& scales) override;
   void linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) override;

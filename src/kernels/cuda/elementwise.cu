@@ -151,13 +151,6 @@ constexpr int kVec = 8;  // BF16 per uint4
 // A [rows, n] BF16 matrix with leading dimension ld can be read as uint4 rows.
 bool vec_ok(const void* p, int64_t ld, int64_t n) { return aligned16(p) && ld % kVec == 0 && n % kVec == 0; }
 
-__device__ __forceinline__ uint4 pack8(const float f[kVec]) {
-  uint4 v;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-  return v;
-}
 // Elements [8c, 8c + 8) of a BF16 or F32 vector (16-byte aligned base).
 __device__ __forceinline__ void load8(const bf16* p, int64_t c, float f[kVec]) {
   unpack8(reinterpret_cast<const uint4*>(p)[c], f);

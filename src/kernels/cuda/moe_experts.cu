@@ -20,6 +20,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe_experts.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace mlaserve::cuda {
 
@@ -31,11 +32,6 @@ constexpr int kMaxExperts = kMoeMaxExperts;  // the touched-expert bitmask has 1
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = 2, kRowsPerBlock = kWarps * kRowsPerWarp;
 constexpr int kMaxTok = 8;  // token rows dotted with each weight row per pass, at most
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  return v;
-}
 
 struct PairList {
   int expert, n;
