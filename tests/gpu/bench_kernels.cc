@@ -706,6 +706,29 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaFree(counters));
   }
 
+  // A block's first linear with its input's add+RMSNorm at one token: folded into the skinny GEMM,
+  // and as the ops in turn (add_rmsnorm, then the linear). Floor: the weight's bytes.
+  for (Lin l : std::vector<Lin>{{"v2lite.q_kv_a", 3648, 2048}, {"v2lite.router", 64, 2048}}) {
+    if (!run("skinny")) break;
+    const bool router = l.N == 64;  // fp32 logits, and the normalized row kept for the experts
+    int n_sets = int(std::max<int64_t>(1, std::min<int64_t>(16, (int64_t(400) << 20) / (l.N * l.K * 2) + 1)));
+    std::vector<Tensor> ws;
+    for (int i = 0; i < n_sets; ++i) ws.push_back(random_bf16({l.N, l.K}, 400 + i, 0.02f));
+    Tensor x = random_bf16({1, l.K}, 7), residual = random_bf16({1, l.K}, 8), norm = random_bf16({l.K}, 9);
+    Tensor normed = gpu.empty(DType::BF16, {1, l.K}), y = gpu.empty(router ? DType::F32 : DType::BF16, {1, l.N});
+    for (bool fold : {true, false}) {
+      gpu.fold_norm_into_linear = fold;
+      // The residual is rebound to a new buffer by each folded call: the next call reads that one.
+      double ms = time_ms([&](int i) {
+        gpu.rmsnorm_linear(x, &residual, norm, 1e-6f, router ? &normed : nullptr, LinearWeight{ws[size_t(i % n_sets)], {}},
+                           y);
+      });
+      mem_row(fmt::format("rmsnorm_linear {} {}", l.name, fold ? "folded" : "ops"),
+              fmt::format("N={} K={}", l.N, l.K), ms, 2.0 * l.N * l.K);
+    }
+    gpu.fold_norm_into_linear = true;
+  }
+
   if (run("fp8_linear")) bench_fp8_linear(gpu, copy_bw, rows);
   if (run("mla_prefill")) bench_mla_prefill(gpu, flop_row);
   if (run("mla_absorb")) bench_mla_absorb(gpu, flop_row, fp8_flop_row);
