@@ -113,6 +113,14 @@ __global__ void __launch_bounds__(kWarps * 32, kNorm ? 3 : 4)
       vb[u] = in && row_b ? skinny::load_stream(wb + k) : zero;
     }
   };
+  // The pass from chunk ch0 on toward L2 (before the wait, where registers would stay live).
+  auto prefetch_pass = [&](int ch0) {
+    for (int ch = ch0; ch < min(c_end, ch0 - warp + kWarps * kUnroll); ch += kWarps) {
+      int k = ch * kChunk + t4 * 8;
+      if (k < K && row_a) prefetch_l2(wa + ch * kChunk);
+      if (k < K && row_b) prefetch_l2(wb + ch * kChunk);
+    }
+  };
   auto load_x_and_multiply = [&](int ch0, const uint4 (&va)[kUnroll], const uint4 (&vb)[kUnroll]) {
     uint4 vx[kUnroll][NT];
 #pragma unroll
@@ -157,11 +165,7 @@ __global__ void __launch_bounds__(kWarps * 32, kNorm ? 3 : 4)
   if constexpr (kNorm) {
     uint4 va[kUnroll], vb[kUnroll];
     load_weights(c_begin + warp, va, vb);
-    for (int ch = c_begin + kWarps * kUnroll + warp; ch < min(c_end, c_begin + 2 * kWarps * kUnroll); ch += kWarps) {
-      int k = ch * kChunk + t4 * 8;
-      if (k < K && row_a) prefetch_l2(wa + ch * kChunk);
-      if (k < K && row_b) prefetch_l2(wb + ch * kChunk);
-    }
+    prefetch_pass(c_begin + kWarps * kUnroll + warp);
     load_norm_weight();
     pdl_wait_and_trigger();
     fold_norm();
@@ -176,11 +180,7 @@ __global__ void __launch_bounds__(kWarps * 32, kNorm ? 3 : 4)
     pdl_wait_and_trigger();
     load_x_and_multiply(c_begin + warp, va, vb);
   } else {
-    for (int ch = c_begin + warp; ch < c_begin + kWarps * kUnroll; ch += kWarps) {
-      int k = ch * kChunk + t4 * 8;
-      if (k < K && row_a) prefetch_l2(wa + ch * kChunk);
-      if (k < K && row_b) prefetch_l2(wb + ch * kChunk);
-    }
+    prefetch_pass(c_begin + warp);
     pdl_wait_and_trigger();
     for (int ch0 = c_begin + warp; ch0 < c_end; ch0 += kWarps * kUnroll) {
       uint4 va[kUnroll], vb[kUnroll];
@@ -194,15 +194,15 @@ __global__ void __launch_bounds__(kWarps * 32, kNorm ? 3 : 4)
     for (int i = 0; i < 4; ++i) red[warp][j * 4 + i][lane] = c[j][i];
   __syncthreads();
   // kNorm: 1 / rms of the row (every thread adds the warps' shares in the same order).
-  auto inv_rms = [&] {
+  float inv = 1.f;
+  if constexpr (kNorm) {
     float v = 0;
 #pragma unroll
     for (int u = 0; u < kWarps; ++u) v += red_ss[u];
-    return rsqrtf(v / float(K) + nrm.eps);
-  };
+    inv = rsqrtf(v / float(K) + nrm.eps);
+  }
   if (kNorm && nrm.normed && mine) {
     // As rmsnorm_vec_kernel rounds it.
-    const float inv = inv_rms();
     float v[8], b[8];
     unpack8(r, v);
     unpack8(gv, b);
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kWarps * 32, kNorm ? 3 : 4)
       // c[j][i]: row g (i < 2) or g + 8, token 8 j + 2 t4 + (i & 1).
       int row = n0 + g + (i >= 2 ? 8 : 0), t = 8 * j + 2 * t4 + (i & 1);
       if (row < N && t < T) {
-        if constexpr (kNorm) s *= inv_rms();
+        if constexpr (kNorm) s *= inv;
         if constexpr (OUT_F32)
           static_cast<float*>(out)[int64_t(t) * ldo + row] = s;
         else
