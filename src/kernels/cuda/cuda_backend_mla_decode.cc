@@ -43,7 +43,7 @@ MlaDecodePlan::~MlaDecodePlan() = default;
 
 void MlaDecodePlan::reserve(int64_t max_jobs, int64_t partial_rows) {
   if (max_jobs > cap_jobs_) {
-    plan_buf_.ensure(size_t(max_jobs * 8 + num_sms_ * 4 + 4) * sizeof(int32_t));
+    plan_buf_.ensure(size_t(max_jobs * 8 + num_sms_ * 4 + 4 + num_sms_ * kFirstTileInts) * sizeof(int32_t));
     cap_jobs_ = max_jobs;
   }
   if (partial_rows > cap_partial_rows_) {
@@ -69,6 +69,7 @@ void MlaDecodePlan::plan(const MlaDecodeParams& p, int64_t T, int64_t batch_id, 
   sched_.jobs = static_cast<int32_t*>(plan_buf_.get());
   sched_.ctas = sched_.jobs + cap_jobs_ * 8;
   sched_.num_jobs = sched_.ctas + num_sms_ * 4;
+  sched_.first_tiles = sched_.num_jobs + 4;
   sched_.partial_o = static_cast<float*>(partial_buf_.get());
   sched_.partial_lse = sched_.partial_o + cap_partial_rows_ * kMlaLatentDim;
   sched_.max_jobs = int(max_jobs);

@@ -111,9 +111,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   // earlier layer; the seqs' keys and slots): with the plan settled, the first tile's loads start
   // before the PDL wait, overlapping that kernel (absorb_q), and only Q waits for it.
   if (!s.plan_settled) pdl_wait_and_trigger();
-  const int4 cta = reinterpret_cast<const int4*>(s.ctas)[blockIdx.x];
+  // Settled, the CTA's first tile is read as the launch after the plan kernel stored it: one
+  // dependent read, where the plan takes four (its run, its job, the job's seq, the keys' slots).
+  FirstTile* first = reinterpret_cast<FirstTile*>(s.first_tiles) + blockIdx.x;
+  int4 cta;
+  Job job;
+  SeqPlace place;
+  int slot0 = -1;
+  if (s.plan_settled) {
+    const int4* f = reinterpret_cast<const int4*>(first);
+    const int4 j0 = f[1], j1 = f[2], sp = f[3];
+    cta = f[0];
+    job = Job{j0.x, j0.y, j0.z, j0.w, j1.x, j1.y, j1.z, j1.w};
+    place = SeqPlace{sp.x, sp.y, sp.z};
+    slot0 = first->slots[tid / 4];
+  } else {
+    cta = reinterpret_cast<const int4*>(s.ctas)[blockIdx.x];
+  }
   const int count = cta.z;
   if (count == 0) {
+    if (!s.plan_settled && tid == 0) first->cta = cta;
     pdl_wait_and_trigger();  // every CTA waits before it ends (pdl.cuh); a second wait returns at once
     return;
   }
@@ -122,13 +139,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Scores and outputs carry the cache scale (the cache holds latent / kv_scale).
   const float scale_log2 = p.scale * p.kv_scale * 1.4426950408889634f;
 
-  auto load_q = [&](const Job& job) {
+  auto load_q = [&](const Job& job, const SeqPlace& place) {
     for (int idx = tid; idx < M * kChunks; idx += kThreads) {
       int r = idx / kChunks, c = idx - r * kChunks;
       bool valid = r < job.num_rows;
       const bf16* src = q;
       if (valid) {
-        RowPlace rp = place_row(p, job, r);
+        RowPlace rp = place_row(p, job, place, r);
         src = q + rp.token * p.q_stride_t + rp.head * p.q_stride_h + c * 8;
       }
       cp_async16(sQ + swz(r, c, kChunks), src, valid);
@@ -173,11 +190,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kThreads == 4 * kBN, "load_kv maps 4 threads to a key");
 
   // Keys visible to this thread's two S rows (warp_m * 16 + g and + 8) in the current job.
-  auto visible_of = [&](const Job& job, int r) { return r < job.num_rows ? place_row(p, job, r).visible : 0; };
+  auto visible_of = [&](const Job& job, const SeqPlace& place, int r) {
+    return r < job.num_rows ? place_row(p, job, place, r).visible : 0;
+  };
 
   int job_idx = cta.x, tile = cta.y;
-  Job job = jobs[job_idx];
-  int vis[2] = {visible_of(job, warp_m * 16 + g), visible_of(job, warp_m * 16 + g + 8)};
+  if (s.plan_settled) {
+    load_kv(slot0, 0);
+  } else {
+    job = jobs[job_idx];
+    place = seq_place(p, job);
+    slot0 = slot_of(job, tile);
+    load_kv(slot0, 0);
+    if (tid % 4 == 0) first->slots[tid / 4] = slot0;
+    if (tid == 0) {
+      int4* f = reinterpret_cast<int4*>(first);
+      f[0] = cta;
+      f[1] = make_int4(job.seq, job.row0, job.num_rows, job.num_tiles);
+      f[2] = make_int4(job.num_keys, job.first_cta, job.num_splits, job.split_offset);
+      f[3] = make_int4(place.q0, place.n, place.len, 0);
+    }
+  }
+  int vis[2] = {visible_of(job, place, warp_m * 16 + g), visible_of(job, place, warp_m * 16 + g + 8)};
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   float acc_o[MT][NTO][4];
 #pragma unroll
@@ -195,7 +229,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t qf[kQRegSteps > 0 ? kQRegSteps : 1][4];
   bool q_loaded = false;  // qf holds the current job's queries
 
-  load_kv(slot_of(job, tile), 0);
   cp_async_commit();
   int slot_next = -1;  // this thread's slot in the tile after the current one, loaded a tile early
   if (count > 1) {
@@ -205,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     slot_next = slot_of(j1, t1);
   }
   if (s.plan_settled) pdl_wait_and_trigger();
-  load_q(job);
+  load_q(job, place);
   cp_async_commit();  // the loop's first wait<1> leaves only its own group (the second tile) in flight
 
   for (int n = 0; n < count; ++n) {
@@ -386,6 +419,32 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncthreads();
       const bool split = job.num_splits > 1;
       const int slot = job.split_offset + int(blockIdx.x) - job.first_cta;
+      if (MT == 1 && split) {
+        // A 16-row job's partial rows through shared memory (the tile just read is free), then out
+        // in whole 16-byte pieces: each thread's fragments are 8 bytes in 16 rows.
+        constexpr int kLd = kL + 8;  // floats: rows 8 banks apart
+        float* stg = reinterpret_cast<float*>(smem + SM::kv + (kFp8 ? 0 : size_t(stage) * kBN * kD * 2));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = g + 8 * h;
+          const float l = s_row_l[r], inv = l > 0 ? p.kv_scale / l : 0.f;
+#pragma unroll
+          for (int nt = 0; nt < NTO; ++nt) {
+            const int col = warp * NTO * 8 + nt * 8 + 2 * t4;
+            *reinterpret_cast<float2*>(stg + r * kLd + col) =
+                make_float2(acc_o[0][nt][2 * h] * inv, acc_o[0][nt][2 * h + 1] * inv);
+          }
+          if (warp == 0 && t4 == 0 && r < job.num_rows)
+            s.partial_lse[int64_t(slot) * M + r] = l > 0 ? s_row_m[r] + log2f(l) : -INFINITY;
+        }
+        __syncthreads();
+        float* dst = s.partial_o + int64_t(slot) * M * kL;
+        for (int i = tid; i < job.num_rows * (kL / 4); i += kThreads) {
+          const int r = i / (kL / 4), c4 = i % (kL / 4);
+          reinterpret_cast<float4*>(dst + r * kL)[c4] = *reinterpret_cast<const float4*>(stg + r * kLd + 4 * c4);
+        }
+        if constexpr (kTmaLayout) wgmma::fence_async_smem();  // before the TMA refills the tile
+      }
 #pragma unroll
       for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
@@ -394,7 +453,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (r >= job.num_rows) continue;
           float l = s_row_l[r], inv = l > 0 ? p.kv_scale / l : 0.f;
           if (!split) {
-            RowPlace rp = place_row(p, job, r);
+            RowPlace rp = place_row(p, job, place, r);
             bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h;
 #pragma unroll
             for (int nt = 0; nt < NTO; ++nt) {
@@ -402,7 +461,7 @@ __global__ void __launch_bounds__(kThreads, 1)
               *reinterpret_cast<__nv_bfloat162*>(dst + col) =
                   __floats2bfloat162_rn(acc_o[mi][nt][2 * h] * inv, acc_o[mi][nt][2 * h + 1] * inv);
             }
-          } else {
+          } else if (MT > 1) {
             float* dst = s.partial_o + (int64_t(slot) * M + r) * kL;
 #pragma unroll
             for (int nt = 0; nt < NTO; ++nt) {
@@ -424,12 +483,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       l_run[0] = l_run[1] = 0.f;
       if (n + 1 < count) {
         // sQ is no longer read (the S phase is behind two barriers): bring the next job's queries.
-        load_q(next);
+        place = seq_place(p, next);
+        load_q(next, place);
         cp_async_commit();
         cp_async_wait<0>();
         q_loaded = false;
-        vis[0] = visible_of(next, warp_m * 16 + g);
-        vis[1] = visible_of(next, warp_m * 16 + g + 8);
+        vis[0] = visible_of(next, place, warp_m * 16 + g);
+        vis[1] = visible_of(next, place, warp_m * 16 + g + 8);
       }
     }
     __syncthreads();  // the stage just read is refilled next iteration; sQ / s_red settle

@@ -41,15 +41,38 @@ __device__ __forceinline__ void zero_tile_rows_from(uint8_t* tile, int valid, in
   wgmma::fence_async_smem();
 }
 
+// A job's seq: its first query token, its queries and its keys in the cache.
+struct SeqPlace {
+  int q0, n, len;
+};
+__device__ __forceinline__ SeqPlace seq_place(const MlaDecodeParams& p, const Job& job) {
+  const int q0 = p.query_start[job.seq];
+  return {q0, p.query_start[job.seq + 1] - q0, p.seq_lens[job.seq]};
+}
+
 // Query token of row `row` (of a seq's n * H rows, query-major) and the keys it sees.
 struct RowPlace {
   int token, head, visible;
 };
-__device__ __forceinline__ RowPlace place_row(const MlaDecodeParams& p, const Job& job, int r) {
+__device__ __forceinline__ RowPlace place_row(const MlaDecodeParams& p, const Job& job, const SeqPlace& sp, int r) {
   int rho = job.row0 + r, i = rho / p.num_heads;
-  int q0 = p.query_start[job.seq], n = p.query_start[job.seq + 1] - q0;
-  return {q0 + i, rho - i * p.num_heads, p.seq_lens[job.seq] - n + i + 1};
+  return {sp.q0 + i, rho - i * p.num_heads, sp.len - sp.n + i + 1};
 }
+__device__ __forceinline__ RowPlace place_row(const MlaDecodeParams& p, const Job& job, int r) {
+  return place_row(p, job, seq_place(p, job), r);
+}
+
+// What a 16-row attention CTA needs of its first tile, stored by the launch right after the plan
+// kernel for later launches of the same plan (MlaDecodeSchedule::first_tiles): its run of tiles,
+// the first job, that job's seq and the cache slot of each of the tile's keys (-1 past the job).
+struct FirstTile {
+  int4 cta;
+  Job job;
+  SeqPlace place;
+  int pad;
+  int slots[kBN];
+};
+static_assert(sizeof(FirstTile) == kFirstTileInts * sizeof(int32_t));
 
 // Cache slot of key `key` of the job's seq, or -1 past its keys.
 __device__ __forceinline__ int key_slot(const MlaDecodeParams& p, const Job& jb, int key) {
