@@ -68,9 +68,9 @@ struct MlaDecodeSchedule {
   int32_t* jobs;         // [max_jobs, 8]: seq, row0, num_rows, num_tiles, num_keys, first_cta, num_splits, split_offset
   int32_t* ctas;         // [num_ctas, 4]: first job, first tile in it, number of tiles, unused
   int32_t* num_jobs;     // [1]
-  // [num_ctas] FirstTile records (mla_decode_device.cuh): what a 16-row attention CTA reads of its
-  // first tile through three dependent loads (its run, its job, the job's seq, then the keys'
-  // slots), stored by the launch right after the plan kernel; later launches of the same plan
+  // [num_ctas] FirstTile records (mla_decode_device.cuh): what a 16-row attention CTA finds of its
+  // first tile through four dependent loads (its run, its job, the job's seq, the keys' slots),
+  // stored by the attention launch right after the plan kernel; later launches of the same plan
   // (plan_settled) read it in one.
   int32_t* first_tiles;
   float* partial_o;      // [max_partials, rows_per_job, 512]: normalized partial outputs
