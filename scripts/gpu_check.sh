@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: build the CUDA backend, run every GPU test (and compute-sanitizer memcheck
 # on them), and the kernel benchmark. Results go to $OUT (or ./gpu-out).
-#   scripts/gpu_check.sh [--no-bench] [--no-memcheck] [--model-bench] [--serve] [--filter GTEST_FILTER]
+#   scripts/gpu_check.sh [--no-bench] [--no-memcheck] [--model-bench] [--serve] [--trace] [--filter GTEST_FILTER]
 # The GPU image has PCRE2's runtime but no header, and no cpp-httplib: carried copies are used,
 # made on a Debian machine that has them (.carry is git-ignored; pass it in the device's carry):
 #   mkdir -p .carry/include .carry/lib .carry/tokenizer
@@ -13,14 +13,17 @@
 #     c.pop('quantization_config'); json.dump(c, open('.carry/v3_4layers/config.json', 'w'))"
 # --serve: `serve --device cuda` with a V3-dims model cut to 4 layers (dummy weights), a few
 # requests, and bench-serving at concurrency 1, 16 and 64.
+# --trace: each kernel's share of a V2-Lite decode step at batch 1 and 8 (tests/tools/kernel_trace.cc,
+# read by tests/tools/kernel_timeline.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-out}"
 mkdir -p "$out"
-bench=1; memcheck=1; model_bench=0; serve=0; filter='*'
+bench=1; memcheck=1; model_bench=0; serve=0; trace=0; filter='*'
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-bench) bench=0 ;; --no-memcheck) memcheck=0 ;; --model-bench) model_bench=1 ;; --serve) serve=1 ;;
+    --trace) trace=1 ;;
     --filter) filter="$2"; shift ;;
   esac
   shift
@@ -40,7 +43,9 @@ export CPATH="$PWD/.carry/include${CPATH:+:$CPATH}"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLASERVE_CUDA=ON "${extra[@]}" > "$out/cmake.log" 2>&1 \
   || { tail -30 "$out/cmake.log"; exit 1; }
-ninja -C build-gpu -j16 gpu_tests bench_kernels mlaserve > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
+targets=(gpu_tests bench_kernels mlaserve)
+[ "$trace" = 1 ] && targets+=(kernel_trace)
+ninja -C build-gpu -j16 "${targets[@]}" > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
 status=0
 build-gpu/gpu_tests --gtest_filter="$filter" --gtest_output=xml:"$out/gpu_tests.xml" 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  (PASSED|FAILED) |FAILED|Failure|seed" ; [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 if [ "$memcheck" = 1 ] && command -v compute-sanitizer > /dev/null; then
@@ -63,6 +68,14 @@ if [ "$model_bench" = 1 ]; then
     mb --model .carry/v3_4layers --batch-size 1 32 128
     mb --model .carry/v3_4layers --quantization fp8 --batch-size 1 32 128
   fi
+fi
+if [ "$trace" = 1 ]; then
+  for b in 1 8; do
+    LD_PRELOAD="$PWD/build-gpu/libkernel_trace.so" MLASERVE_KERNEL_TRACE="$out/trace_b$b.csv" build-gpu/mlaserve \
+      --log-level warning bench-one-batch --device cuda --model deepseek-v2-lite --load-format dummy --batch-size $b \
+      --input-len 256 --output-len 16 > "$out/trace_b$b.log" 2>&1 || status=1
+    python3 tests/tools/kernel_timeline.py "$out/trace_b$b.csv" | tee "$out/timeline_b$b.txt" || status=1
+  done
 fi
 if [ "$serve" = 1 ]; then
   build-gpu/mlaserve serve --device cuda --model .carry/v3_4layers --load-format dummy \

@@ -13,6 +13,7 @@ import collections
 import csv
 import re
 import shutil
+import signal
 import subprocess
 
 
@@ -31,6 +32,7 @@ def short(name):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet under `| head`
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
     ap.add_argument("--all", action="store_true", help="print every kernel, not only the summary")
