@@ -40,7 +40,7 @@ def main():
     rows = list(csv.DictReader(open(args.trace)))
     for r in rows:
         r["start"], r["end"] = int(r["start_ns"]), int(r["end_ns"])
-    graphs = collections.Counter(r["graph"] for r in rows if r["graph"] != "0")
+    graphs = {r["graph"] for r in rows if r["graph"] != "0"}
     if not graphs:
         raise SystemExit("no graph replays in the trace")
     # Kernels a replay: the graph with the most records per replay is the decode step's; count a
@@ -71,10 +71,9 @@ def main():
                   f' chain {share / 1e3:6.2f}  {grid:>9}  {name}')
         prev_end = r["end"]
     print(f"{'kernel':70} {'grid':>9} {'count':>5} {'chain us':>9} {'each':>6} {'run':>6} {'early':>6}")
-    for (name, grid), v in sorted(shares.items(), key=lambda kv: -sum(s for s, _, _ in kv[1])):
-        c = len(v)
-        print(f"{name:70} {grid:>9} {c:5d} {sum(s for s, _, _ in v) / 1e3:9.1f} {sum(s for s, _, _ in v) / c / 1e3:6.2f}"
-              f" {sum(d for _, d, _ in v) / c / 1e3:6.2f} {sum(e for _, _, e in v) / c / 1e3:6.2f}")
+    totals = {key: [sum(x) / 1e3 for x in zip(*v)] + [len(v)] for key, v in shares.items()}
+    for (name, grid), (chain, run, early, c) in sorted(totals.items(), key=lambda kv: -kv[1][0]):
+        print(f"{name:70} {grid:>9} {c:5d} {chain:9.1f} {chain / c:6.2f} {run / c:6.2f} {early / c:6.2f}")
     print("chain: end minus the previous kernel's end; run: end minus start; early: how long it started "
           "before the previous kernel ended (PDL)")
 
