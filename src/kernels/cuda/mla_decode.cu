@@ -419,6 +419,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncthreads();
       const bool split = job.num_splits > 1;
       const int slot = job.split_offset + int(blockIdx.x) - job.first_cta;
+      // Row r's scale (1 / its sum, times the cache scale) and log2-sum-exp2 (for the merge).
+      auto row_inv = [&](int r) { return s_row_l[r] > 0 ? p.kv_scale / s_row_l[r] : 0.f; };
+      auto row_lse = [&](int r) { return s_row_l[r] > 0 ? s_row_m[r] + log2f(s_row_l[r]) : -INFINITY; };
       if (MT == 1 && split) {
         // A 16-row job's partial rows through shared memory (the tile just read is free), then out
         // in whole 16-byte pieces: each thread's fragments are 8 bytes in 16 rows.
@@ -427,15 +430,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = g + 8 * h;
-          const float l = s_row_l[r], inv = l > 0 ? p.kv_scale / l : 0.f;
+          const float inv = row_inv(r);
 #pragma unroll
           for (int nt = 0; nt < NTO; ++nt) {
             const int col = warp * NTO * 8 + nt * 8 + 2 * t4;
             *reinterpret_cast<float2*>(stg + r * kLd + col) =
                 make_float2(acc_o[0][nt][2 * h] * inv, acc_o[0][nt][2 * h + 1] * inv);
           }
-          if (warp == 0 && t4 == 0 && r < job.num_rows)
-            s.partial_lse[int64_t(slot) * M + r] = l > 0 ? s_row_m[r] + log2f(l) : -INFINITY;
+          if (warp == 0 && t4 == 0 && r < job.num_rows) s.partial_lse[int64_t(slot) * M + r] = row_lse(r);
         }
         __syncthreads();
         float* dst = s.partial_o + int64_t(slot) * M * kL;
@@ -444,35 +446,35 @@ __global__ void __launch_bounds__(kThreads, 1)
           reinterpret_cast<float4*>(dst + r * kL)[c4] = *reinterpret_cast<const float4*>(stg + r * kLd + 4 * c4);
         }
         if constexpr (kTmaLayout) wgmma::fence_async_smem();  // before the TMA refills the tile
-      }
+      } else {
 #pragma unroll
-      for (int mi = 0; mi < MT; ++mi)
+        for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          int r = mi * 16 + g + 8 * h;
-          if (r >= job.num_rows) continue;
-          float l = s_row_l[r], inv = l > 0 ? p.kv_scale / l : 0.f;
-          if (!split) {
-            RowPlace rp = place_row(p, job, place, r);
-            bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h;
+          for (int h = 0; h < 2; ++h) {
+            int r = mi * 16 + g + 8 * h;
+            if (r >= job.num_rows) continue;
+            const float inv = row_inv(r);
+            if (!split) {
+              RowPlace rp = place_row(p, job, place, r);
+              bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h;
 #pragma unroll
-            for (int nt = 0; nt < NTO; ++nt) {
-              int col = warp * NTO * 8 + nt * 8 + 2 * t4;
-              *reinterpret_cast<__nv_bfloat162*>(dst + col) =
-                  __floats2bfloat162_rn(acc_o[mi][nt][2 * h] * inv, acc_o[mi][nt][2 * h + 1] * inv);
+              for (int nt = 0; nt < NTO; ++nt) {
+                int col = warp * NTO * 8 + nt * 8 + 2 * t4;
+                *reinterpret_cast<__nv_bfloat162*>(dst + col) =
+                    __floats2bfloat162_rn(acc_o[mi][nt][2 * h] * inv, acc_o[mi][nt][2 * h + 1] * inv);
+              }
+            } else {
+              float* dst = s.partial_o + (int64_t(slot) * M + r) * kL;
+#pragma unroll
+              for (int nt = 0; nt < NTO; ++nt) {
+                int col = warp * NTO * 8 + nt * 8 + 2 * t4;
+                *reinterpret_cast<float2*>(dst + col) =
+                    make_float2(acc_o[mi][nt][2 * h] * inv, acc_o[mi][nt][2 * h + 1] * inv);
+              }
+              if (warp == 0 && t4 == 0) s.partial_lse[int64_t(slot) * M + r] = row_lse(r);
             }
-          } else if (MT > 1) {
-            float* dst = s.partial_o + (int64_t(slot) * M + r) * kL;
-#pragma unroll
-            for (int nt = 0; nt < NTO; ++nt) {
-              int col = warp * NTO * 8 + nt * 8 + 2 * t4;
-              *reinterpret_cast<float2*>(dst + col) =
-                  make_float2(acc_o[mi][nt][2 * h] * inv, acc_o[mi][nt][2 * h + 1] * inv);
-            }
-            if (warp == 0 && t4 == 0)
-              s.partial_lse[int64_t(slot) * M + r] = l > 0 ? s_row_m[r] + log2f(l) : -INFINITY;
           }
-        }
+      }
 #pragma unroll
       for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
