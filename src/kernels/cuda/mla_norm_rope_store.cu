@@ -16,7 +16,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kThreads = 256, kMaxVecPerLane = kMlaNormMaxWidth / (32 * 8);
+constexpr int kThreads = 256, kMaxVecPerLane = kMlaNormMaxWidth / (32 * 8), kMaxRopeHalf = 64;
 
 __device__ __forceinline__ float weight(const bf16* w, int i) { return __bfloat162float(w[i]); }
 __device__ __forceinline__ float weight(const float* w, int i) { return w[i]; }
@@ -25,7 +25,18 @@ __device__ __forceinline__ float weight(const float* w, int i) { return w[i]; }
 // row and the cache; then every thread rotates pairs: q_pe's heads 0..H-1, and k_pe as head H.
 template <class W, bool kFp8>
 __global__ void __launch_bounds__(kThreads) mla_norm_rope_store_kernel(MlaNormRopeStoreParams p, const W* norm) {
-  // The norm's weight is no kernel's output: warp 0 loads it while the kernel before runs.
+  // The norm's weight, the token's position and slot, and so the rotation's cos / sin, are not the
+  // kernel before's output (positions and slots come with the batch, two or more launches back):
+  // all before the PDL wait, while that kernel runs.
+  __shared__ float2 rot[kMaxRopeHalf];
+  const int t = blockIdx.x, half = p.rope / 2;
+  const float pos = float(p.positions[t]);
+  const int64_t cache_row = int64_t(p.slots[t]) * (p.kv_lora + p.rope);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float s, c;
+    sincosf(pos * p.inv_freq[i], &s, &c);
+    rot[i] = make_float2(c * p.mscale, s * p.mscale);
+  }
   float wn[kMaxVecPerLane][8];
   if (threadIdx.x < 32) {
 #pragma unroll
@@ -36,9 +47,8 @@ __global__ void __launch_bounds__(kThreads) mla_norm_rope_store_kernel(MlaNormRo
     }
   }
   pdl_wait_and_trigger();
-  const int t = blockIdx.x;
+  __syncthreads();  // rot
   bf16* row = static_cast<bf16*>(p.latent) + int64_t(t) * p.latent_ld;
-  const int64_t cache_row = int64_t(p.slots[t]) * (p.kv_lora + p.rope);
   bf16* cached = static_cast<bf16*>(p.cache) + cache_row;
   uint8_t* cached_f8 = static_cast<uint8_t*>(p.cache) + cache_row;
   if (threadIdx.x < 32) {
@@ -83,14 +93,9 @@ __global__ void __launch_bounds__(kThreads) mla_norm_rope_store_kernel(MlaNormRo
       }
     }
   }
-  const float pos = float(p.positions[t]);
-  const int half = p.rope / 2;
   for (int j = threadIdx.x; j < (p.heads + 1) * half; j += blockDim.x) {
     int h = j / half, i = j % half;
-    float s, c;
-    sincosf(pos * p.inv_freq[i], &s, &c);
-    c *= p.mscale;
-    s *= p.mscale;
+    const float c = rot[i].x, s = rot[i].y;
     bf16* x = h < p.heads ? static_cast<bf16*>(p.q_pe) + int64_t(t) * p.q_st0 + int64_t(h) * p.q_st1 + 2 * i
                           : row + p.kv_lora + 2 * i;
     float a = __bfloat162float(x[0]), b = __bfloat162float(x[1]);
@@ -110,8 +115,8 @@ __global__ void __launch_bounds__(kThreads) mla_norm_rope_store_kernel(MlaNormRo
 }  // namespace
 
 bool mla_norm_rope_store_fits(const MlaNormRopeStoreParams& p) {
-  return p.kv_lora % 8 == 0 && p.kv_lora <= kMlaNormMaxWidth && p.rope % 2 == 0 && p.latent_ld % 8 == 0 &&
-         (p.kv_lora + p.rope) % 8 == 0 && aligned16(p.latent) && aligned16(p.cache) &&
+  return p.kv_lora % 8 == 0 && p.kv_lora <= kMlaNormMaxWidth && p.rope % 2 == 0 && p.rope <= 2 * kMaxRopeHalf &&
+         p.latent_ld % 8 == 0 && (p.kv_lora + p.rope) % 8 == 0 && aligned16(p.latent) && aligned16(p.cache) &&
          (!p.cache_fp8 || (p.kv_scale > 0 && std::isfinite(p.kv_scale)));
 }
 
