@@ -31,4 +31,11 @@ void Backend::mla_decode_absorb_out(const Tensor& q, const Tensor& cache, float 
   mla_absorb_out(o_latent, w_uv, out);
 }
 
+void Backend::moe_route_experts(const Tensor& logits, const Tensor& bias, const MoeRouting& routing, const Tensor& x,
+                                const std::vector<GatedMlpWeights>& experts, Tensor& ids, Tensor& weights,
+                                Tensor& out) {
+  moe_route(logits, bias, routing, ids, weights);
+  moe_experts(x, ids, weights, experts, out);
+}
+
 }  // namespace mlaserve

@@ -253,6 +253,12 @@ class Backend {
   // out[t] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t]). x, out [T, H].
   virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const std::vector<GatedMlpWeights>& experts, Tensor& out) = 0;
+  // moe_route then moe_experts on the ids and weights it wrote (which it still writes). The default
+  // runs those ops in turn (backend_fused.cc); the CUDA backend routes inside the expert kernels at
+  // one token, so that no launch stands between the router and the experts.
+  virtual void moe_route_experts(const Tensor& logits, const Tensor& bias, const MoeRouting& routing,
+                                 const Tensor& x, const std::vector<GatedMlpWeights>& experts, Tensor& ids,
+                                 Tensor& weights, Tensor& out);
   // Rearranges the weights of experts [0, count) into the layout this backend's moe_experts reads
   // fastest (the CUDA backend: FP8 ones block by block, LinearWeight::tiled). Only moe_experts
   // reads them afterwards; the model leaves out the shared chunks, which also run as dense MLPs.

@@ -398,9 +398,8 @@ Tensor DeepseekModel::moe(int64_t layer, BlockInput in) {
   first_linear(in, LinearWeight{w.router, {}}, router_logits, true);  // and the experts
   const Tensor& x = in.x;
   Tensor ids = ops.empty(DType::I32, {T, routing.slots()}), weights = ops.empty(DType::F32, {T, routing.slots()});
-  ops.moe_route(router_logits, w.correction_bias, routing, ids, weights);
   Tensor out = ops.empty(ops.activation_dtype(), {T, x.size(1)});
-  ops.moe_experts(x, ids, weights, w.experts, out);
+  ops.moe_route_experts(router_logits, w.correction_bias, routing, x, w.experts, ids, weights, out);
   if (chunks > 0 && !route_shared) {
     for (size_t e = w.experts.size() - size_t(chunks); e < w.experts.size(); ++e)
       ops.add(out, dense_mlp(w.experts[e], BlockInput{x, {}, {}}));

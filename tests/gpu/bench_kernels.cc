@@ -443,6 +443,35 @@ void bench_moe(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const FlopRowFn&
     }
     runner.fuse_one_token_down = true;
   }
+  // V2-Lite at one token as the model runs it: the routing (greedy softmax over 64, top-6, and the
+  // 2 shared experts fused in as slots 7 and 8) and the experts, the routing a launch of its own or
+  // inside the expert kernels (MoeRunner::route_in_experts). Floor: the 8 experts' bytes.
+  {
+    MoeRouting r{TopkMethod::Greedy, ScoringFunc::Softmax, 64, 6, 1, 1, false, 1.0f};
+    r.num_fused_shared = 2;
+    std::vector<GatedMlpWeights> with_shared = experts;
+    for (int64_t e = E; e < E + 2; ++e)
+      with_shared.push_back({{filled_bf16({I, H}, uint64_t(3 * e + 11)), {}},
+                             {filled_bf16({I, H}, uint64_t(3 * e + 12)), {}},
+                             {filled_bf16({H, I}, uint64_t(3 * e + 13)), {}}});
+    std::vector<Tensor> logits(n_sets);
+    for (int64_t s = 0; s < n_sets; ++s) {
+      Tensor lh = Tensor::empty(DType::F32, {1, E});
+      for (int64_t i = 0; i < E; ++i) lh.data<float>()[i] = 2.0f * normal01(uint64_t(600 + s), uint64_t(i));
+      logits[size_t(s)] = gpu.to_device(lh);
+    }
+    Tensor x = filled_bf16({1, H}, 21), out = gpu.empty(DType::BF16, {1, H});
+    Tensor ids = gpu.empty(DType::I32, {1, r.slots()}), w = gpu.empty(DType::F32, {1, r.slots()});
+    for (bool inside : {true, false}) {
+      runner.route_in_experts = inside;
+      const double gms = graph_ms(
+          [&](int64_t s) { gpu.moe_route_experts(logits[size_t(s)], Tensor(), r, x, with_shared, ids, w, out); }, 50);
+      if (gms > 0)
+        mem_row(fmt::format("moe_route_experts graph v2-lite{}", inside ? "" : " route apart"), "T=1 E=66 k=8", gms,
+                8.0 * expert_bytes);
+    }
+    runner.route_in_experts = true;
+  }
   struct RouteCase {
     const char* name;
     MoeRouting r;

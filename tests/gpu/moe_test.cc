@@ -1,12 +1,14 @@
 // CUDA moe_route and moe_experts against the CPU reference: the three routing methods at V2-Lite,
 // V2 and V3 sizes (ids must match exactly), also with fused shared-expert slots; the device sort of
-// the pairs by expert against a host one; and the experts over every path (decode kernels at few
+// the pairs by expert against a host one; the experts over every path (decode kernels at few
 // tokens; sorted pairs through the grouped GEMM's narrow and wide tiles or per-expert GEMMs) at
-// V2-Lite dims and with 8 to 257 experts; FP8 experts (W8A8 with block scales) at V3 shard dims.
+// V2-Lite dims and with 8 to 257 experts; the one-token decode kernels that route the token
+// themselves; FP8 experts (W8A8 with block scales) at V3 shard dims.
 #include "gpu_test_util.h"
 
 #include <fmt/format.h>
 
+#include <array>
 #include <optional>
 #include <string>
 #include <utility>
@@ -247,6 +249,79 @@ TEST_F(Moe, ExpertsMatchTheReference) {
   }
   runner.decode_max_pairs = default_max_pairs;
   runner.grouped_gemm = default_grouped;
+}
+
+// moe_route_experts: at one token the decode kernels route the token themselves (gate/up and the
+// fused down + combine, each from the router's logits); the ids, weights and output must be the bits
+// of the warp-a-token route launch then moe_experts, and near the CPU's route + experts. Also at
+// more tokens (a route launch first), with down and the combine apart, routings the warp form does
+// not take (groups across lanes: a route launch), and fused shared experts.
+TEST_F(Moe, RouteInTheExpertsGivesTheBitsOfTheRouteLaunch) {
+  struct Case {
+    const char* name;
+    MoeRouting r;
+    bool bias;
+    int64_t H, I;
+  };
+  MoeRouting v2_lite{TopkMethod::Greedy, ScoringFunc::Softmax, 64, 6, 1, 1, false, 1.0f};
+  v2_lite.num_fused_shared = 2;
+  MoeRouting v2{TopkMethod::GroupLimitedGreedy, ScoringFunc::Softmax, 160, 6, 8, 3, false, 16.0f};
+  v2.num_fused_shared = 2;
+  MoeRouting v3{TopkMethod::NoauxTc, ScoringFunc::Sigmoid, 256, 8, 8, 4, true, 2.5f};
+  v3.num_fused_shared = 1;
+  const std::vector<Case> cases = {
+      {"v2-lite greedy, 2 shared", v2_lite, false, 1024, 176},
+      {"v2 group-limited, 2 shared", v2, false, 256, 64},
+      {"v3 noaux_tc, 1 shared", v3, true, 512, 64},
+      {"greedy renormalized, odd E", {TopkMethod::Greedy, ScoringFunc::Softmax, 72, 5, 1, 1, true, 1.0f}, false, 256,
+       96},
+      {"groups across lanes", {TopkMethod::GroupLimitedGreedy, ScoringFunc::Softmax, 120, 4, 4, 2, false, 1.0f},
+       false, 256, 64},
+  };
+  cuda::MoeRunner& runner = gpu.moe_runner();
+  gpu.route_warp_per_token_from_scores = 0;  // the form the expert kernels run
+  for (const Case& c : cases) {
+    const int64_t E = c.r.num_experts + c.r.num_fused_shared, S = c.r.slots();
+    std::vector<GatedMlpWeights> host, dev;
+    for (int64_t e = 0; e < E; ++e) {
+      uint64_t s = seed * 37 + uint64_t(e) * 3;
+      Tensor g = random_f32({c.I, c.H}, s, 1.0f / std::sqrt(float(c.H)));
+      Tensor u = random_f32({c.I, c.H}, s + 1, 1.0f / std::sqrt(float(c.H)));
+      Tensor d = random_f32({c.H, c.I}, s + 2, 1.0f / std::sqrt(float(c.I)));
+      host.push_back({{g, {}}, {u, {}}, {d, {}}});
+      dev.push_back({{dev_bf16(g), {}}, {dev_bf16(u), {}}, {dev_bf16(d), {}}});
+    }
+    Tensor bias = c.bias ? random_f32({c.r.num_experts}, seed + 5, 0.2f) : Tensor();
+    Tensor bias_d = c.bias ? gpu.to_device(bias) : Tensor();
+    for (int64_t T : {1, 3})
+      for (bool fuse_down : {true, false}) {
+        const std::string where = fmt::format("{} T={} fused down={}", c.name, T, fuse_down);
+        Tensor logits = random_f32({T, c.r.num_experts}, seed + T + E, 2.0f), x = random_f32({T, c.H}, seed + 3 * T);
+        Tensor ids_want = Tensor::empty(DType::I32, {T, S}), w_want = Tensor::empty(DType::F32, {T, S});
+        Tensor want = Tensor::empty(DType::F32, {T, c.H});
+        cpu->moe_route_experts(logits, bias, c.r, x, host, ids_want, w_want, want);
+        Tensor logits_d = gpu.to_device(logits), x_d = dev_bf16(x);
+        runner.fuse_one_token_down = fuse_down;
+        auto run = [&](bool in_experts) {
+          runner.route_in_experts = in_experts;
+          Tensor ids = poisoned(gpu, DType::I32, {T, S}), w = poisoned(gpu, DType::F32, {T, S});
+          Tensor out = poisoned(gpu, DType::BF16, {T, c.H});
+          gpu.moe_route_experts(logits_d, bias_d, c.r, x_d, dev, ids, w, out);
+          return std::array<Tensor, 3>{gpu.to_host(ids), gpu.to_host(w), gpu.to_host(out)};
+        };
+        const std::array<Tensor, 3> apart = run(false), fused = run(true);
+        for (size_t i = 0; i < 3; ++i)
+          EXPECT_EQ(std::memcmp(fused[i].raw(), apart[i].raw(), fused[i].nbytes()), 0) << where << " output " << i;
+        RouteOutputs o{ids_want, w_want, fused[0], fused[1]};
+        expect_same_routing(o, where);
+        const double err = rel_l2(fused[2], want);
+        EXPECT_LE(err, 1e-2) << where;
+        worst = std::max(worst, err);
+      }
+  }
+  runner.fuse_one_token_down = true;
+  runner.route_in_experts = true;
+  gpu.route_warp_per_token_from_scores = cuda::kRouteWarpPerTokenFromScores;
 }
 
 // FP8 experts (e4m3, 128 x 128 block scales) against the CPU's W8A8 experts on the same weights:

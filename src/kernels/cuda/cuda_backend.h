@@ -27,6 +27,7 @@ MlaAbsorbOutParams mla_absorb_out_params(const Tensor& latent, const Tensor& w_u
 class GemmRunner;
 class DeviceAllocator;
 class MoeRunner;
+struct MoeRoute;
 class SamplerState;
 class MlaDecodePlan;
 class MlaAbsorbRunner;
@@ -143,6 +144,10 @@ class CudaBackend final : public Backend {
                  Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const std::vector<GatedMlpWeights>& experts, Tensor& out) override;
+  // At one token on the decode path the expert kernels route the token themselves.
+  void moe_route_experts(const Tensor& logits, const Tensor& bias, const MoeRouting& routing, const Tensor& x,
+                         const std::vector<GatedMlpWeights>& experts, Tensor& ids, Tensor& weights,
+                         Tensor& out) override;
   int64_t max_moe_experts() const override;
   void pack_moe_experts(std::vector<GatedMlpWeights>& experts, size_t count) override;
   // The routed experts' runner (tests and benchmarks choose its paths).
@@ -154,6 +159,9 @@ class CudaBackend final : public Backend {
   void sample(const Tensor& logits, const std::vector<SamplingParams>& params, Tensor& out) override;
 
  private:
+  // cuda_backend_moe.cc: moe_experts, with the routing that writes ids and weights (or nullptr).
+  void run_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                       const std::vector<GatedMlpWeights>& experts, Tensor& out, const MoeRoute* route);
   // cuda_backend_fp8.cc
   void check_fp8_linear(int64_t T, const LinearWeight& w, const Tensor& out) const;
   void fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w, Tensor& out);

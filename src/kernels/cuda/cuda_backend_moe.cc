@@ -31,9 +31,8 @@ void check_expert_weight(const LinearWeight& w, bool fp8, int64_t rows, int64_t 
             w.scale_inv.defined() ? w.scale_inv.describe() : "none");
 }
 
-}  // namespace
-
-void CudaBackend::moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& r, Tensor& ids,
+// The routing's launch parameters, after checking the tensors against it.
+MoeRouteParams route_params(const Tensor& logits, const Tensor& bias, const MoeRouting& r, Tensor& ids,
                             Tensor& weights) {
   int64_t T = logits.defined() ? logits.size(0) : 0, E = r.num_experts, k = r.top_k, S = r.slots();
   MLA_CHECK(r.num_fused_shared >= 0, "moe_route: num_fused_shared {} is negative", r.num_fused_shared);
@@ -53,11 +52,31 @@ void CudaBackend::moe_route(const Tensor& logits, const Tensor& bias, const MoeR
                    ids.data<int32_t>(), weights.data<float>(), weights.stride(0), int32_t(T), int32_t(E),
                    int32_t(k), r.num_fused_shared, r.num_groups, r.topk_groups, int32_t(r.method),
                    r.scoring == ScoringFunc::Softmax, r.renormalize, r.routed_scaling_factor};
-  launch_moe_route(p, route_warp_per_token_from_scores, stream_);
+  return p;
+}
+
+}  // namespace
+
+void CudaBackend::moe_route(const Tensor& logits, const Tensor& bias, const MoeRouting& r, Tensor& ids,
+                            Tensor& weights) {
+  launch_moe_route(route_params(logits, bias, r, ids, weights), route_warp_per_token_from_scores, stream_);
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                               const std::vector<GatedMlpWeights>& experts, Tensor& out) {
+  run_moe_experts(x, ids, weights, experts, out, nullptr);
+}
+
+void CudaBackend::moe_route_experts(const Tensor& logits, const Tensor& bias, const MoeRouting& routing,
+                                    const Tensor& x, const std::vector<GatedMlpWeights>& experts, Tensor& ids,
+                                    Tensor& weights, Tensor& out) {
+  const MoeRoute route{route_params(logits, bias, routing, ids, weights), route_warp_per_token_from_scores};
+  run_moe_experts(x, ids, weights, experts, out, &route);
+}
+
+void CudaBackend::run_moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                  const std::vector<GatedMlpWeights>& experts, Tensor& out,
+                                  const MoeRoute* route) {
   MLA_CHECK(!experts.empty(), "moe_experts: no experts");
   int64_t T = x.defined() ? x.size(0) : 0, H = x.defined() ? x.size(1) : 0, k = ids.defined() ? ids.size(1) : 0;
   int64_t I = experts[0].gate.out_features();
@@ -99,7 +118,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
     }
   // ids must lie in [0, E): the device does not check them (pairs outside are dropped or garbage).
   moe.run(ex, x.raw(), x.stride(0), ids.data<int32_t>(), weights.data<float>(), weights.stride(0), int32_t(T),
-            int32_t(k), int32_t(H), int32_t(I), out.raw(), out.stride(0), *gemm_, stream_);
+            int32_t(k), int32_t(H), int32_t(I), out.raw(), out.stride(0), *gemm_, stream_, route);
 }
 
 int64_t CudaBackend::max_moe_experts() const { return kMoeMaxExperts; }

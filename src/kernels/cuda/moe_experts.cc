@@ -204,7 +204,7 @@ bool MoeRunner::knows(const Experts& ex, int32_t H, int32_t I) const {
 
 void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_t* ids, const float* weights,
                     int64_t w_ld, int32_t T, int32_t k, int32_t H, int32_t I, void* out, int64_t out_ld,
-                    GemmRunner& gemm, cudaStream_t stream) {
+                    GemmRunner& gemm, cudaStream_t stream, const MoeRoute* route) {
   const int32_t E = int32_t(ex.gate.size()), P = T * k;
   State::Table& tb = st_->table(ex, stream);
   tb.H = H;
@@ -214,13 +214,20 @@ void MoeRunner::run(const Experts& ex, const void* x, int64_t x_ld, const int32_
   MLA_CHECK(!ex.fp8() || tb.aligned, "moe_experts: FP8 expert weights and scales must start 16-byte aligned");
   bool decode = !ex.fp8() && P <= decode_pair_limit(E) && P <= kMoeDecodeMaxPairs && E <= kMoeMaxExperts &&
                 H % 8 == 0 && I % 8 == 0 && x_ld % 8 == 0 && aligned16(x) && tb.aligned;
+  const MoeRouteParams* self_routed = nullptr;  // the routing the expert kernels run themselves
+  if (route) {
+    if (decode && T == 1 && route_in_experts && moe_route_warp_fits(route->params))
+      self_routed = &route->params;
+    else
+      launch_moe_route(route->params, route->warp_per_token_from_scores, stream);
+  }
   if (decode) {
     MoeDecodeParams p{x, x_ld, ids, dptr, dptr + E, dptr + 2 * E,
                       st_->act.ensure(size_t(P) * I * 2), static_cast<float*>(st_->y.ensure(size_t(P) * H * 4)),
                       T, k, E, H, I};
-    launch_moe_decode_gate_up(p, stream, st_->num_sms);
+    launch_moe_decode_gate_up(p, stream, st_->num_sms, self_routed);
     if (fuse_one_token_down && moe_decode_down_combine_fits(p, st_->num_sms)) {
-      launch_moe_decode_down_combine(p, weights, out, stream);
+      launch_moe_decode_down_combine(p, weights, out, stream, self_routed);
       return;
     }
     launch_moe_decode_down(p, stream, st_->num_sms);

@@ -19,6 +19,7 @@
 #include "kernels/cuda/bf16x8.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe_experts.h"
+#include "kernels/cuda/moe_route_warp.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
 
@@ -80,30 +81,24 @@ __device__ PairList expert_pairs(const int32_t* ids, int P, int E, int slot, uns
   return {e, s_info[1]};
 }
 
-// act[p, i] = silu(gate[e][i] . x[p / k]) * (up[e][i] . x[p / k]) for the pairs p of one expert.
-template <int kTok>
-__global__ void __launch_bounds__(kThreads, kTok > 2 ? 2 : 4) gate_up_kernel(MoeDecodeParams p) {
-  pdl_wait_and_trigger();
-  __shared__ unsigned s_mask[kMaxExperts / 32];
-  __shared__ int s_info[2];
-  __shared__ int32_t s_list[kMoeDecodeMaxPairs];
-  PairList pl = expert_pairs(p.ids, p.num_tokens * p.top_k, p.num_experts, blockIdx.y, s_mask, s_info, s_list);
-  if (pl.expert < 0) return;
+// act[q, i] = silu(gate[i] . x[q / k]) * (up[i] . x[q / k]) over the block's row tiles i, for the n
+// pairs q = pair_at(0 .. n) of one expert (gate and up: its [I, H] rows).
+template <int kTok, class PairAt>
+__device__ __forceinline__ void gate_up_rows(const MoeDecodeParams& p, const bf16* gw, const bf16* uw, int n,
+                                             PairAt pair_at) {
   const int H = p.hidden, I = p.inter, nc = H / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const bf16* gw = static_cast<const bf16*>(p.gate[pl.expert]);
-  const bf16* uw = static_cast<const bf16*>(p.up[pl.expert]);
   bf16* act = static_cast<bf16*>(p.act);
   const int tile_step = kTok == 1 ? int(gridDim.x) : I;  // one tile a block past a token (decode_grid)
 #pragma unroll 1
   for (int tile = blockIdx.x; tile * kRowsPerBlock < I; tile += tile_step)
-  for (int c0 = 0; c0 < pl.n; c0 += kTok) {
-    const int nt = min(kTok, pl.n - c0);
+  for (int c0 = 0; c0 < n; c0 += kTok) {
+    const int nt = min(kTok, n - c0);
     const uint4* xr[kTok];
 #pragma unroll
     for (int tk = 0; tk < kTok; ++tk)
       xr[tk] = reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.x) +
-                                              int64_t(s_list[c0 + min(tk, nt - 1)] / p.top_k) * p.x_ld);
+                                              int64_t(pair_at(c0 + min(tk, nt - 1)) / p.top_k) * p.x_ld);
     // The warp's rows side by side, so that all their loads are in flight together (a row is only
     // a few loads a lane).
     const int i0 = tile * kRowsPerBlock + warp * kRowsPerWarp;
@@ -143,9 +138,55 @@ __global__ void __launch_bounds__(kThreads, kTok > 2 ? 2 : 4) gate_up_kernel(Moe
         if (tk < nt) {
           float a = warp_sum(ag[rr][tk]), b = warp_sum(au[rr][tk]);
           if (lane == tk && i0 + rr < I)
-            act[int64_t(s_list[c0 + tk]) * I + i0 + rr] = __float2bfloat16(a / (1.0f + __expf(-a)) * b);
+            act[int64_t(pair_at(c0 + tk)) * I + i0 + rr] = __float2bfloat16(a / (1.0f + __expf(-a)) * b);
         }
   }
+}
+
+// act[p, i] = silu(gate[e][i] . x[p / k]) * (up[e][i] . x[p / k]) for the pairs p of one expert.
+template <int kTok>
+__global__ void __launch_bounds__(kThreads, kTok > 2 ? 2 : 4) gate_up_kernel(MoeDecodeParams p) {
+  pdl_wait_and_trigger();
+  __shared__ unsigned s_mask[kMaxExperts / 32];
+  __shared__ int s_info[2];
+  __shared__ int32_t s_list[kMoeDecodeMaxPairs];
+  PairList pl = expert_pairs(p.ids, p.num_tokens * p.top_k, p.num_experts, blockIdx.y, s_mask, s_info, s_list);
+  if (pl.expert < 0) return;
+  gate_up_rows<kTok>(p, static_cast<const bf16*>(p.gate[pl.expert]), static_cast<const bf16*>(p.up[pl.expert]), pl.n,
+                     [&](int i) { return s_list[i]; });
+}
+
+// gate_up_kernel<1> that routes its token itself (moe_route_warp.cuh, N experts a lane, in its
+// first warp), so that no route launch stands between the router and the experts. At one token
+// slot j (blockIdx.y) is pair j; the fused shared slots need no routing. Block (0, 0) writes the ids
+// and weights for the launches after it. The expert pointer tables are read before the wait.
+template <int N>
+__global__ void __launch_bounds__(kThreads, 4) gate_up_routed_kernel(MoeDecodeParams p, MoeRouteParams r) {
+  __shared__ const void* s_gate[kMaxExperts];
+  __shared__ const void* s_up[kMaxExperts];
+  __shared__ route_warp::Scratch scratch;
+  __shared__ int s_expert;
+  for (int e = threadIdx.x; e < p.num_experts; e += kThreads) s_gate[e] = p.gate[e], s_up[e] = p.up[e];
+  const int lane = threadIdx.x % 32, slot = blockIdx.y;
+  float bias[N];
+  if (threadIdx.x < 32) route_warp::load_bias(r, lane, bias);
+  pdl_wait_and_trigger();
+  if (threadIdx.x < 32) {
+    int e = r.num_experts + slot - r.top_k;
+    if (slot < r.top_k) {
+      int id;
+      float score;
+      route_warp::route_token(r, 0, lane, bias, scratch, id, score);
+      if (blockIdx.x == 0 && slot == 0) route_warp::write_slots(r, 0, lane, id, score);
+      e = __shfl_sync(kFull, id, slot);
+    }
+    if (lane == 0) s_expert = e;
+  }
+  __syncthreads();
+  const int e = s_expert;
+  if (e < 0 || e >= p.num_experts) return;
+  gate_up_rows<1>(p, static_cast<const bf16*>(s_gate[e]), static_cast<const bf16*>(s_up[e]), 1,
+                  [&](int) { return slot; });
 }
 
 // acc[rr][tk] += the dot of weight row w[rr] with activation row a[tk] (tokens below nt), over the
@@ -214,21 +255,46 @@ __global__ void __launch_bounds__(kThreads, kTok == 1 ? 6 : 0) down_kernel(MoeDe
 // those rows of slot j's expert as down_kernel<1> does, and the block adds the slots in order, so
 // the bits are those of down_kernel<1> then combine_vec_kernel. It saves the combine's launch, the y
 // round trip and the blocks' search for their expert (at one token pair j is slot j).
+// N > 0: the launch before routed the token (gate_up_routed_kernel<N>); the first warp routes it
+// again from the logits rather than read the ids and weights written there.
 constexpr int kMaxSlotWarps = 32;
 constexpr int kOneTokenRows = 4;  // a warp's rows: 16 loads in flight a lane, and one wave of blocks
+template <int N>
 __global__ void __launch_bounds__(kMaxSlotWarps * 32)
-    down_combine_one_token_kernel(MoeDecodeParams p, const float* weights, bf16* out) {
+    down_combine_one_token_kernel(MoeDecodeParams p, MoeRouteParams r, const float* weights, bf16* out) {
   __shared__ float s_y[kMaxSlotWarps][kOneTokenRows];
+  __shared__ float s_w[kMaxSlotWarps];  // slot j's weight, 0 where its id is outside [0, E)
   const int H = p.hidden, nc = p.inter / 8, k = p.top_k;
   const int j = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = blockIdx.x * kOneTokenRows;
-  // The route kernel wrote the ids two launches back (complete when this one starts): the expert and
-  // a lane's first 16 bytes of its rows are read before the wait, the activations after it.
-  const int e = p.ids[j];
+  // The routing (the route kernel's ids and weights, or the router's logits) is two launches back,
+  // complete when this one starts: the experts, their weights and a lane's first 16 bytes of its
+  // rows are read before the wait, the activations after it. The pointer table is read beside the
+  // routing, so that a row's address is one shared load after it.
+  __shared__ const void* s_down[kMaxExperts];
+  __shared__ int s_id[kMaxSlotWarps];
+  for (int i = threadIdx.x; i < p.num_experts; i += blockDim.x) s_down[i] = p.down[i];
+  if constexpr (N > 0) {
+    __shared__ route_warp::Scratch scratch;
+    if (j == 0) {
+      float bias[N];
+      route_warp::load_bias(r, lane, bias);
+      int id;
+      float score;
+      route_warp::route_token(r, 0, lane, bias, scratch, id, score);
+      const route_warp::Slot s = route_warp::slot_of(r, lane, id, score);
+      if (lane < k) s_id[lane] = s.id, s_w[lane] = s.weight;
+    }
+  } else {
+    if (lane == 0) s_id[j] = p.ids[j], s_w[j] = weights[j];
+  }
+  __syncthreads();
+  const int e = s_id[j];
   const bool valid = e >= 0 && e < p.num_experts;  // an id outside [0, E) adds nothing
+  if (lane == 0 && !valid) s_w[j] = 0.0f;
   const uint4* dr[kOneTokenRows];
   uint4 first[kOneTokenRows];
   if (valid) {
-    const uint4* d = static_cast<const uint4*>(p.down[e]);
+    const uint4* d = static_cast<const uint4*>(s_down[e]);
 #pragma unroll
     for (int rr = 0; rr < kOneTokenRows; ++rr) {
       dr[rr] = d + int64_t(min(r0 + rr, H - 1)) * nc;
@@ -252,14 +318,12 @@ __global__ void __launch_bounds__(kMaxSlotWarps * 32)
     if (lane == 0) s_y[j][rr] = y;
   }
   __syncthreads();
-  const int r = r0 + threadIdx.x;
-  if (threadIdx.x < kOneTokenRows && r < H) {
+  const int row = r0 + threadIdx.x;
+  if (threadIdx.x < kOneTokenRows && row < H) {
+    // An invalid slot adds 0 * 0 = +0 to a sum that is never -0: the bits of leaving it out.
     float total = 0.0f;
-    for (int jj = 0; jj < k; ++jj) {
-      const int ej = p.ids[jj];
-      if (ej >= 0 && ej < p.num_experts) total += weights[jj] * s_y[jj][threadIdx.x];
-    }
-    out[r] = __float2bfloat16(total);
+    for (int jj = 0; jj < k; ++jj) total += s_w[jj] * s_y[jj][threadIdx.x];
+    out[row] = __float2bfloat16(total);
   }
 }
 
@@ -548,11 +612,11 @@ int resident_per_sm(const void* kernel, int threads = kThreads) {
 // wave would pay each block's start (finding its expert and pairs) once more, unhidden (H200:
 // V2-Lite's 704 gate/up blocks at 4 an SM made 1.33 waves). Past one token some slots are empty,
 // and a grid that fits would leave their share of the SMs idle: a block a tile there.
-dim3 decode_grid(const MoeDecodeParams& p, int rows, DecodeKernel kernel, int num_sms) {
+dim3 decode_grid(const MoeDecodeParams& p, int rows, const void* kernel, int num_sms) {
   const int slots = std::min(p.num_experts, p.num_tokens * p.top_k);
   const int tiles = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   if (p.num_tokens > 1) return dim3(unsigned(tiles), unsigned(slots));
-  const int fit = std::max(1, resident_per_sm(reinterpret_cast<const void*>(kernel)) * num_sms / std::max(slots, 1));
+  const int fit = std::max(1, resident_per_sm(kernel) * num_sms / std::max(slots, 1));
   const int per_block = (tiles + fit - 1) / fit;
   return dim3(unsigned((tiles + per_block - 1) / per_block), unsigned(slots));
 }
@@ -570,21 +634,58 @@ DecodeKernel variant_for(const MoeDecodeParams& p, DecodeKernel k1, DecodeKernel
   return p.num_tokens == 1 ? k1 : p.num_tokens == 2 ? k2 : p.num_tokens <= 4 ? k4 : k_max;
 }
 
+// The variant of a one-token kernel that routes with N experts a lane (moe_route_warp.cuh).
+template <template <int> class Pick>
+auto routed_variant(const MoeRouteParams& r) {
+  switch (moe_route_experts_per_lane(r.num_experts)) {
+    case 1: return Pick<1>::kernel;
+    case 2: return Pick<2>::kernel;
+    case 3: return Pick<3>::kernel;
+    case 4: return Pick<4>::kernel;
+    case 5: return Pick<5>::kernel;
+    case 6: return Pick<6>::kernel;
+    case 7: return Pick<7>::kernel;
+    default: return Pick<8>::kernel;
+  }
+}
+template <int N>
+struct GateUpRouted {
+  static constexpr auto kernel = gate_up_routed_kernel<N>;
+};
+template <int N>
+struct DownCombineRouted {
+  static constexpr auto kernel = down_combine_one_token_kernel<N>;
+};
+
+void check_routed(const MoeDecodeParams& p, const MoeRouteParams& r) {
+  MLA_CHECK(p.num_tokens == 1 && r.num_tokens == 1 && r.ids == p.ids && r.top_k + r.num_fused_shared == p.top_k &&
+                r.num_experts + r.num_fused_shared <= p.num_experts && moe_route_warp_fits(r),
+            "moe decode kernels routing themselves: one token, the routing's ids, its {} + {} slots and experts "
+            "within the {} given, and a routing the warp form takes; got T={}, k={}",
+            r.top_k, r.num_fused_shared, p.num_experts, p.num_tokens, p.top_k);
+}
+
 }  // namespace
 
-void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s, int num_sms) {
+void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s, int num_sms, const MoeRouteParams* route) {
   check_decode(p);
   if (p.num_tokens == 0) return;
+  if (route) {
+    check_routed(p, *route);
+    const auto k = routed_variant<GateUpRouted>(*route);
+    launch_pdl(k, decode_grid(p, p.inter, reinterpret_cast<const void*>(k), num_sms), kThreads, 0, s, p, *route);
+    return;
+  }
   const DecodeKernel k =
       variant_for(p, gate_up_kernel<1>, gate_up_kernel<2>, gate_up_kernel<4>, gate_up_kernel<kMaxTok>);
-  launch_pdl(k, decode_grid(p, p.inter, k, num_sms), kThreads, 0, s, p);
+  launch_pdl(k, decode_grid(p, p.inter, reinterpret_cast<const void*>(k), num_sms), kThreads, 0, s, p);
 }
 
 void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s, int num_sms) {
   check_decode(p);
   if (p.num_tokens == 0) return;
   const DecodeKernel k = variant_for(p, down_kernel<1>, down_kernel<2>, down_kernel<4>, down_kernel<kMaxTok>);
-  launch_pdl(k, decode_grid(p, p.hidden, k, num_sms), kThreads, 0, s, p);
+  launch_pdl(k, decode_grid(p, p.hidden, reinterpret_cast<const void*>(k), num_sms), kThreads, 0, s, p);
 }
 
 bool moe_decode_down_combine_fits(const MoeDecodeParams& p, int num_sms) {
@@ -592,16 +693,20 @@ bool moe_decode_down_combine_fits(const MoeDecodeParams& p, int num_sms) {
   // One wave of blocks: V2-Lite's 512 (H = 2048) against 528 resident on an H200 gained, V3's 1792
   // (H = 7168) lost 4% to the two launches (docs/benchmarks.md, twentieth session).
   const int blocks = (p.hidden + kOneTokenRows - 1) / kOneTokenRows;
-  const int resident = resident_per_sm(reinterpret_cast<const void*>(down_combine_one_token_kernel), 32 * p.top_k);
+  const int resident =
+      resident_per_sm(reinterpret_cast<const void*>(down_combine_one_token_kernel<0>), 32 * p.top_k);
   return blocks <= resident * num_sms;
 }
 
-void launch_moe_decode_down_combine(const MoeDecodeParams& p, const float* weights, void* out, cudaStream_t s) {
+void launch_moe_decode_down_combine(const MoeDecodeParams& p, const float* weights, void* out, cudaStream_t s,
+                                    const MoeRouteParams* route) {
   check_decode(p);
   MLA_CHECK(p.num_tokens == 1 && p.top_k >= 1 && p.top_k <= kMaxSlotWarps,
             "moe decode down+combine: T={} k={} outside its limits", p.num_tokens, p.top_k);
-  launch_pdl(down_combine_one_token_kernel, (p.hidden + kOneTokenRows - 1) / kOneTokenRows, 32 * p.top_k, 0, s, p,
-             weights, static_cast<bf16*>(out));
+  if (route) check_routed(p, *route);
+  const auto k = route ? routed_variant<DownCombineRouted>(*route) : down_combine_one_token_kernel<0>;
+  launch_pdl(k, (p.hidden + kOneTokenRows - 1) / kOneTokenRows, 32 * p.top_k, 0, s, p,
+             route ? *route : MoeRouteParams{}, weights, static_cast<bf16*>(out));
 }
 
 int64_t moe_align_scratch_ints(int32_t num_pairs, int32_t num_experts) {

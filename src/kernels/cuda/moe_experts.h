@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cuda/moe_grouped_gemm_fp8.h"
+#include "kernels/cuda/moe_route.h"
 
 namespace mlaserve {
 class MoeTuning;
@@ -52,13 +53,18 @@ constexpr int kMoeMaxExperts = 512;
 constexpr int kMoeDecodeMaxPairs = 1024;
 
 // num_sms: the device's; at one token the grid keeps to the blocks resident at once.
-void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s, int num_sms);
+// `route` (one token; moe_route_warp_fits): gate/up routes the token itself from the router's
+// logits, with no route launch before it, and writes the ids and weights route names (p.ids).
+void launch_moe_decode_gate_up(const MoeDecodeParams& p, cudaStream_t s, int num_sms,
+                               const MoeRouteParams* route = nullptr);
 void launch_moe_decode_down(const MoeDecodeParams& p, cudaStream_t s, int num_sms);
 // At one token (and at most 32 slots): down and the combine in one launch (out [1, H] BF16; weights
 // [k]). Same bits as launch_moe_decode_down then launch_moe_combine. `fits`: the shapes it takes and
-// where it pays (its grid is one wave on the device's num_sms SMs).
+// where it pays (its grid is one wave on the device's num_sms SMs). `route`: gate/up was launched
+// with it just before, and this launch routes the token again rather than read what that wrote.
 bool moe_decode_down_combine_fits(const MoeDecodeParams& p, int num_sms);
-void launch_moe_decode_down_combine(const MoeDecodeParams& p, const float* weights, void* out, cudaStream_t s);
+void launch_moe_decode_down_combine(const MoeDecodeParams& p, const float* weights, void* out, cudaStream_t s,
+                                    const MoeRouteParams* route = nullptr);
 // offsets [E + 1]: pairs of expert e sit at sorted positions [offsets[e], offsets[e+1]), in pair
 // order; sorted_pairs [P]: the pair at each position; pair_pos [P]: the position of each pair.
 // `scratch`: moe_align_scratch_ints device ints whose first kMoeAlignZeroedInts must be zero before
@@ -76,6 +82,12 @@ void launch_moe_gather(const void* x, int64_t x_ld, const int32_t* sorted_pairs,
 // y [P, H] F32 or BF16 (y_f32); pair_pos [P] or nullptr for the identity; out [T, H] BF16.
 void launch_moe_combine(const void* y, bool y_f32, const int32_t* pair_pos, const float* weights, int64_t w_ld,
                         int32_t num_tokens, int32_t top_k, int32_t hidden, void* out, int64_t out_ld, cudaStream_t s);
+
+// A routing and the launch_moe_route threshold it runs with where it has a launch of its own.
+struct MoeRoute {
+  MoeRouteParams params;
+  int64_t warp_per_token_from_scores;
+};
 
 // Host side of moe_experts: the per-expert pointer tables (cached per expert list), workspaces
 // that only grow, and the side streams of the prefill path.
@@ -101,9 +113,12 @@ class MoeRunner {
   // multiples of 128). For BF16 ones, decode kernels run when T * k <= decode_pair_limit(E) and the
   // rows are 16-byte aligned; they and the grouped GEMM can run inside a CUDA graph, the per-expert
   // GEMMs cannot.
+  // With `route`, the routing that writes ids and weights runs here too: at one token on the decode
+  // path inside the expert kernels (route_in_experts; no launch of its own between the router and
+  // the experts), else as launch_moe_route first.
   void run(const Experts& experts, const void* x, int64_t x_ld, const int32_t* ids, const float* weights,
            int64_t w_ld, int32_t T, int32_t k, int32_t H, int32_t I, void* out, int64_t out_ld, GemmRunner& gemm,
-           cudaStream_t stream);
+           cudaStream_t stream, const MoeRoute* route = nullptr);
 
   // Whether this exact expert list (pointers and dims) was run before: the caller may skip
   // re-validating the weights.
@@ -116,6 +131,9 @@ class MoeRunner {
   // At one token, down and the combine in one launch where it pays (moe_decode_down_combine_fits);
   // off: two (tests compare the bits).
   bool fuse_one_token_down = true;
+  // At one token on the decode path, a given routing runs inside the expert kernels (run's `route`);
+  // off: its own launch first (tests compare the bits).
+  bool route_in_experts = true;
   int decode_pair_limit(int num_experts) const {
     return decode_max_pairs >= 0 ? decode_max_pairs : std::max(24, num_experts / 8);
   }

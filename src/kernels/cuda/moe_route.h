@@ -36,6 +36,10 @@ struct MoeRouteParams {
 // V3 (256 experts) crosses between 128 and 256 tokens (7.5 / 6.3 us at 128, 7.7 / 8.1 at 256);
 // V2-Lite (64) takes the same time either way up to 1024 tokens.
 constexpr int64_t kRouteWarpPerTokenFromScores = 1 << 16;
+// The warp form (moe_route_warp.cuh) gives each lane this many experts, and takes the routing where
+// each group is a power-of-two run of whole lanes (V2, V3) and there are at most 32 of them a lane.
+int moe_route_experts_per_lane(int num_experts);
+bool moe_route_warp_fits(const MoeRouteParams& p);
 void launch_moe_route(const MoeRouteParams& p, int64_t warp_per_token_from_scores, cudaStream_t stream);
 
 }  // namespace mlaserve::cuda
