@@ -54,6 +54,19 @@ class Moe : public GpuTest {
     o.ids_got = gpu.to_host(ids), o.w_got = gpu.to_host(w);
     return o;
   }
+  // E random BF16 experts (gate, up [I, H], down [H, I], scaled to keep activations near 1) on the
+  // host (fp32) and the device; expert e from seed base + 3 e.
+  void random_experts(int64_t E, int64_t H, int64_t I, uint64_t base, std::vector<GatedMlpWeights>& host,
+                      std::vector<GatedMlpWeights>& dev) {
+    for (int64_t e = 0; e < E; ++e) {
+      uint64_t s = base + uint64_t(e) * 3;
+      Tensor g = random_f32({I, H}, s, 1.0f / std::sqrt(float(H)));
+      Tensor u = random_f32({I, H}, s + 1, 1.0f / std::sqrt(float(H)));
+      Tensor d = random_f32({H, I}, s + 2, 1.0f / std::sqrt(float(I)));
+      host.push_back({{g, {}}, {u, {}}, {d, {}}});
+      dev.push_back({{dev_bf16(g), {}}, {dev_bf16(u), {}}, {dev_bf16(d), {}}});
+    }
+  }
   void expect_same_routing(const RouteOutputs& o, const std::string& where) {
     EXPECT_EQ(o.id_mismatches(), 0) << where;
     double err = rel_l2(o.w_got, o.w_want);
@@ -200,14 +213,7 @@ TEST_F(Moe, ExpertsMatchTheReference) {
   enum class Path { decode, per_expert, grouped };
   for (const ExpertsCase& c : cases) {
     std::vector<GatedMlpWeights> host, dev;
-    for (int64_t e = 0; e < c.E; ++e) {
-      uint64_t s = seed * 31 + uint64_t(e) * 3;
-      Tensor g = random_f32({c.I, c.H}, s, 1.0f / std::sqrt(float(c.H)));
-      Tensor u = random_f32({c.I, c.H}, s + 1, 1.0f / std::sqrt(float(c.H)));
-      Tensor d = random_f32({c.H, c.I}, s + 2, 1.0f / std::sqrt(float(c.I)));
-      host.push_back({{g, {}}, {u, {}}, {d, {}}});
-      dev.push_back({{dev_bf16(g), {}}, {dev_bf16(u), {}}, {dev_bf16(d), {}}});
-    }
+    random_experts(c.E, c.H, c.I, seed * 31, host, dev);
     for (int64_t T : c.tokens)
       for (bool strided : {false, true}) {
         // strided: x is the first H columns of wider rows, as a narrow() view; in the 8-expert case
@@ -283,14 +289,7 @@ TEST_F(Moe, RouteInTheExpertsGivesTheBitsOfTheRouteLaunch) {
   for (const Case& c : cases) {
     const int64_t E = c.r.num_experts + c.r.num_fused_shared, S = c.r.slots();
     std::vector<GatedMlpWeights> host, dev;
-    for (int64_t e = 0; e < E; ++e) {
-      uint64_t s = seed * 37 + uint64_t(e) * 3;
-      Tensor g = random_f32({c.I, c.H}, s, 1.0f / std::sqrt(float(c.H)));
-      Tensor u = random_f32({c.I, c.H}, s + 1, 1.0f / std::sqrt(float(c.H)));
-      Tensor d = random_f32({c.H, c.I}, s + 2, 1.0f / std::sqrt(float(c.I)));
-      host.push_back({{g, {}}, {u, {}}, {d, {}}});
-      dev.push_back({{dev_bf16(g), {}}, {dev_bf16(u), {}}, {dev_bf16(d), {}}});
-    }
+    random_experts(E, c.H, c.I, seed * 37, host, dev);
     Tensor bias = c.bias ? random_f32({c.r.num_experts}, seed + 5, 0.2f) : Tensor();
     Tensor bias_d = c.bias ? gpu.to_device(bias) : Tensor();
     for (int64_t T : {1, 3})

@@ -1,10 +1,10 @@
 // One token's routing in one warp (moe_route.cu's warp-a-token kernel, and the one-token expert
-// kernels of moe_experts.cu, which route in every warp rather than wait for a route launch).
-// Lane l holds the N experts from l N on; where each group is a power-of-two run of whole lanes
-// (moe_route_warp_fits), group scores are shuffles within the group and the top-k is k rounds of a
-// warp arg-max over the lanes' best remaining experts (at up to 64 experts, a rank each expert counts
-// in shared memory). One warp a block routes: every warp of an SM routing at once fills the SM's
-// issue slots and shuffle unit for microseconds.
+// kernels of moe_experts.cu, which route rather than wait for a route launch). Lane l holds the N
+// experts from l N on; where each group is a power-of-two run of whole lanes (moe_route_warp_fits),
+// group scores are shuffles within the group and the top-k is k rounds of a warp arg-max over the
+// lanes' best remaining experts (at up to 64 experts, a rank each expert counts in shared memory).
+// The expert kernels route in one warp a block: every warp of an SM routing at once filled the
+// SM's issue slots and shuffle unit for microseconds.
 #pragma once
 
 #include <cfloat>
