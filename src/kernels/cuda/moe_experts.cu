@@ -22,6 +22,7 @@
 #include "kernels/cuda/moe_route_warp.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
+#include "kernels/cuda/weight_load.cuh"
 
 namespace mlaserve::cuda {
 
@@ -119,7 +120,10 @@ __device__ __forceinline__ void gate_up_rows(const MoeDecodeParams& p, const bf1
     for (int c = lane; c < nc; c += 32) {
       uint4 wg[kRowsPerWarp], wu[kRowsPerWarp];
 #pragma unroll
-      for (int rr = 0; rr < kRowsPerWarp; ++rr) wg[rr] = __ldg(g[rr] + c), wu[rr] = __ldg(u[rr] + c);
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+        wg[rr] = load_weight_once(g[rr] + c);
+        wu[rr] = load_weight_once(u[rr] + c);
+      }
 #pragma unroll
       for (int tk = 0; tk < kTok; ++tk)
         if (tk < nt) {
@@ -198,7 +202,7 @@ __device__ __forceinline__ void dot_rows(const uint4* const (&w)[kRows], const u
   for (int c = c0; c < nc; c += 32) {
     uint4 wv[kRows];
 #pragma unroll
-    for (int rr = 0; rr < kRows; ++rr) wv[rr] = __ldg(w[rr] + c);
+    for (int rr = 0; rr < kRows; ++rr) wv[rr] = load_weight_once(w[rr] + c);
 #pragma unroll
     for (int tk = 0; tk < kTok; ++tk)
       if (tk < nt) {
@@ -298,7 +302,7 @@ __global__ void __launch_bounds__(kMaxSlotWarps * 32)
 #pragma unroll
     for (int rr = 0; rr < kOneTokenRows; ++rr) {
       dr[rr] = d + int64_t(min(r0 + rr, H - 1)) * nc;
-      if (lane < nc) first[rr] = __ldg(dr[rr] + lane);
+      if (lane < nc) first[rr] = load_weight_once(dr[rr] + lane);
     }
   }
   pdl_wait_and_trigger();

@@ -28,6 +28,7 @@
 #include "kernels/cuda/skinny_common.cuh"
 #include "kernels/cuda/skinny_gemm.h"
 #include "kernels/cuda/warp_reduce.cuh"
+#include "kernels/cuda/weight_load.cuh"
 
 namespace mlaserve::cuda {
 
@@ -109,8 +110,8 @@ __global__ void __launch_bounds__(kWarps * 32, kNorm ? 3 : 4)
     for (int u = 0; u < kUnroll; ++u) {
       int ch = ch0 + u * kWarps, k = ch * kChunk;
       bool in = ch < c_end && k + t4 * 8 < K;  // K % 8 == 0: a thread's 8 values are all in or all out
-      va[u] = in && row_a ? skinny::load_stream(wa + k) : zero;
-      vb[u] = in && row_b ? skinny::load_stream(wb + k) : zero;
+      va[u] = in && row_a ? load_weight_once(wa + k) : zero;
+      vb[u] = in && row_b ? load_weight_once(wb + k) : zero;
     }
   };
   // The pass from chunk ch0 on toward L2 (before the wait, where registers would stay live).

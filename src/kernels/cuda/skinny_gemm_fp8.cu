@@ -31,6 +31,7 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/skinny_common.cuh"
 #include "kernels/cuda/skinny_gemm_fp8.h"
+#include "kernels/cuda/weight_load.cuh"
 
 namespace mlaserve::cuda {
 
@@ -144,7 +145,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          bl.w[rt][r][h] = row_ok[rt][r] ? skinny::load_stream(wrow[rt][r] + k0 + 64 * h) : zero;
+          bl.w[rt][r][h] = row_ok[rt][r] ? load_weight_once(wrow[rt][r] + k0 + 64 * h) : zero;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
