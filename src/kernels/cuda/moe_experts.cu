@@ -39,21 +39,30 @@ struct PairList {
   int expert, n;
 };
 
-// The expert of active slot `slot` (the slot-th touched expert in index order, or -1) and its
-// pairs p (in increasing order) written to s_list. Called by the whole block.
-__device__ PairList expert_pairs(const int32_t* ids, int P, int E, int slot, unsigned* s_mask, int* s_info,
-                                 int32_t* s_list) {
-  if (threadIdx.x < kMaxExperts / 32) s_mask[threadIdx.x] = 0;
+// What expert_pairs builds in a block's shared memory: the touched-expert mask, the slot's expert
+// and pair count, and its pairs.
+struct SlotPairs {
+  unsigned mask[kMaxExperts / 32];
+  int info[2];
+  int32_t list[kMoeDecodeMaxPairs];
+};
+
+// The expert of active slot blockIdx.y (the slot-th touched expert in index order, or -1) and its
+// pairs p (in increasing order) written to sp.list. Called by the whole block.
+__device__ PairList expert_pairs(const MoeDecodeParams& prm, SlotPairs& sp) {
+  const int32_t* ids = prm.ids;
+  const int P = prm.num_tokens * prm.top_k, E = prm.num_experts, slot = blockIdx.y;
+  if (threadIdx.x < kMaxExperts / 32) sp.mask[threadIdx.x] = 0;
   __syncthreads();
   for (int p = threadIdx.x; p < P; p += blockDim.x) {
     int e = ids[p];
-    if (e >= 0 && e < E) atomicOr(&s_mask[e >> 5], 1u << (e & 31));
+    if (e >= 0 && e < E) atomicOr(&sp.mask[e >> 5], 1u << (e & 31));
   }
   __syncthreads();
   if (threadIdx.x == 0) {
     int e = -1, left = slot;
     for (int w = 0; w < kMaxExperts / 32 && e < 0; ++w) {
-      unsigned m = s_mask[w];
+      unsigned m = sp.mask[w];
       int c = __popc(m);
       if (left < c) {
         for (int q = 0; q < left; ++q) m &= m - 1;
@@ -62,10 +71,10 @@ __device__ PairList expert_pairs(const int32_t* ids, int P, int E, int slot, uns
         left -= c;
       }
     }
-    s_info[0] = e;
+    sp.info[0] = e;
   }
   __syncthreads();
-  int e = s_info[0];
+  int e = sp.info[0];
   if (e < 0) return {-1, 0};
   if (threadIdx.x < 32) {
     int lane = threadIdx.x, n = 0;
@@ -73,13 +82,13 @@ __device__ PairList expert_pairs(const int32_t* ids, int P, int E, int slot, uns
       int p = base + lane;
       bool hit = p < P && ids[p] == e;
       unsigned m = __ballot_sync(kFull, hit);
-      if (hit) s_list[n + __popc(m & ((1u << lane) - 1))] = p;
+      if (hit) sp.list[n + __popc(m & ((1u << lane) - 1))] = p;
       n += __popc(m);
     }
-    if (lane == 0) s_info[1] = n;
+    if (lane == 0) sp.info[1] = n;
   }
   __syncthreads();
-  return {e, s_info[1]};
+  return {e, sp.info[1]};
 }
 
 // act[q, i] = silu(gate[i] . x[q / k]) * (up[i] . x[q / k]) over the block's row tiles i, for the n
@@ -151,13 +160,11 @@ __device__ __forceinline__ void gate_up_rows(const MoeDecodeParams& p, const bf1
 template <int kTok>
 __global__ void __launch_bounds__(kThreads, kTok > 2 ? 2 : 4) gate_up_kernel(MoeDecodeParams p) {
   pdl_wait_and_trigger();
-  __shared__ unsigned s_mask[kMaxExperts / 32];
-  __shared__ int s_info[2];
-  __shared__ int32_t s_list[kMoeDecodeMaxPairs];
-  PairList pl = expert_pairs(p.ids, p.num_tokens * p.top_k, p.num_experts, blockIdx.y, s_mask, s_info, s_list);
+  __shared__ SlotPairs sp;
+  PairList pl = expert_pairs(p, sp);
   if (pl.expert < 0) return;
   gate_up_rows<kTok>(p, static_cast<const bf16*>(p.gate[pl.expert]), static_cast<const bf16*>(p.up[pl.expert]), pl.n,
-                     [&](int i) { return s_list[i]; });
+                     [&](int i) { return sp.list[i]; });
 }
 
 // gate_up_kernel<1> that routes its token itself (moe_route_warp.cuh, N experts a lane, in its
@@ -217,10 +224,8 @@ __device__ __forceinline__ void dot_rows(const uint4* const (&w)[kRows], const u
 template <int kTok>
 __global__ void __launch_bounds__(kThreads, kTok == 1 ? 6 : 0) down_kernel(MoeDecodeParams p) {
   pdl_wait_and_trigger();
-  __shared__ unsigned s_mask[kMaxExperts / 32];
-  __shared__ int s_info[2];
-  __shared__ int32_t s_list[kMoeDecodeMaxPairs];
-  PairList pl = expert_pairs(p.ids, p.num_tokens * p.top_k, p.num_experts, blockIdx.y, s_mask, s_info, s_list);
+  __shared__ SlotPairs sp;
+  PairList pl = expert_pairs(p, sp);
   if (pl.expert < 0) return;
   const int H = p.hidden, I = p.inter, nc = I / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -234,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, kTok == 1 ? 6 : 0) down_kernel(MoeDe
     const uint4* ar[kTok];
 #pragma unroll
     for (int tk = 0; tk < kTok; ++tk)
-      ar[tk] = reinterpret_cast<const uint4*>(act + int64_t(s_list[c0 + min(tk, nt - 1)]) * I);
+      ar[tk] = reinterpret_cast<const uint4*>(act + int64_t(sp.list[c0 + min(tk, nt - 1)]) * I);
     const int r0 = tile * kRowsPerBlock + warp * kRowsPerWarp;
     if (r0 >= H) continue;
     const uint4* d[kRowsPerWarp];
@@ -249,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, kTok == 1 ? 6 : 0) down_kernel(MoeDe
       for (int tk = 0; tk < kTok; ++tk)
         if (tk < nt) {
           float a = warp_sum(acc[rr][tk]);
-          if (lane == tk && r0 + rr < H) p.y[int64_t(s_list[c0 + tk]) * H + r0 + rr] = a;
+          if (lane == tk && r0 + rr < H) p.y[int64_t(sp.list[c0 + tk]) * H + r0 + rr] = a;
         }
   }
 }
