@@ -52,6 +52,8 @@ __global__ void __launch_bounds__(kThreads, 3) moe_grouped_gemm_kernel(MoeGroupe
   bf16* sa = reinterpret_cast<bf16*>(smem);
   bf16* sb = sa + kStages * kAElems;
   // A stage is kBM * 8 chunks of A and kBN * 8 of B; chunk i = tid + 256 j is row i / 8, chunk i % 8.
+  // Each expert's weight rows are read once a launch at these few rows an expert.
+  const uint64_t w_policy = l2_evict_first_policy();
   auto load_stage = [&](int stage, int kt) {
     const int k0 = kt * kBK;
 #pragma unroll
@@ -66,7 +68,7 @@ __global__ void __launch_bounds__(kThreads, 3) moe_grouped_gemm_kernel(MoeGroupe
       int i = tid + j * kThreads, r = i / 8, ch = i % 8, k = k0 + ch * 8;
       int wr = w_row0 + r;
       bool b_ok = k < K && wr < w_rows;
-      cp_async16(smem_u32(sb + stage * kBElems + swz(r, ch)), b_ok ? w + int64_t(wr) * K + k : w, b_ok);
+      cp_async16(smem_u32(sb + stage * kBElems + swz(r, ch)), b_ok ? w + int64_t(wr) * K + k : w, b_ok, w_policy);
     }
   };
 
