@@ -27,6 +27,7 @@
 #include "kernels/cuda/mla_decode_device.cuh"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/read_once.cuh"
 #include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tid == 0) {
         const uint32_t bar = sBars + stage * 8, dst = sKV + stage * kTileBytes;
         mbar::arrive_expect_tx(bar, kTileBytes);
-        const uint64_t once = tma::evict_first_policy();  // a 16-row job reads each tile once
+        const uint64_t once = evict_first_policy();  // a 16-row job reads each tile once
 #pragma unroll
         for (int b = 0; b < kD / 64; ++b) tma::load_2d(dst + b * kBlockBytes, &p.cache_map, b * 64, slot, bar, once);
       }

@@ -31,14 +31,7 @@ __device__ __forceinline__ uint8_t* align_smem_1024(uint8_t* raw) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
-// An L2 policy that marks the lines an access brings in as the first to evict (weights a kernel
-// streams once: see weight_load.cuh).
-__device__ __forceinline__ uint64_t l2_evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-// cp_async16 with an L2 policy.
+// cp_async16 under an L2 policy (evict_first_policy, read_once.cuh).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid, uint64_t policy) {
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
                "r"(valid ? 16 : 0), "l"(policy));

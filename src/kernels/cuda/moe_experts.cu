@@ -21,8 +21,8 @@
 #include "kernels/cuda/moe_experts.h"
 #include "kernels/cuda/moe_route_warp.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/read_once.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
-#include "kernels/cuda/weight_load.cuh"
 
 namespace mlaserve::cuda {
 

@@ -16,6 +16,7 @@
 #include "kernels/cuda/moe_grouped_gemm.h"
 #include "kernels/cuda/moe_grouped_tiles.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/read_once.cuh"
 
 namespace mlaserve::cuda {
 
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(kThreads, 3) moe_grouped_gemm_kernel(MoeGroupe
   bf16* sb = sa + kStages * kAElems;
   // A stage is kBM * 8 chunks of A and kBN * 8 of B; chunk i = tid + 256 j is row i / 8, chunk i % 8.
   // Each expert's weight rows are read once a launch at these few rows an expert.
-  const uint64_t w_policy = l2_evict_first_policy();
+  const uint64_t w_policy = evict_first_policy();
   auto load_stage = [&](int stage, int kt) {
     const int k0 = kt * kBK;
 #pragma unroll

@@ -25,10 +25,10 @@
 #include "kernels/cuda/bf16x8.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/read_once.cuh"
 #include "kernels/cuda/skinny_common.cuh"
 #include "kernels/cuda/skinny_gemm.h"
 #include "kernels/cuda/warp_reduce.cuh"
-#include "kernels/cuda/weight_load.cuh"
 
 namespace mlaserve::cuda {
 

@@ -29,9 +29,9 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/read_once.cuh"
 #include "kernels/cuda/skinny_common.cuh"
 #include "kernels/cuda/skinny_gemm_fp8.h"
-#include "kernels/cuda/weight_load.cuh"
 
 namespace mlaserve::cuda {
 

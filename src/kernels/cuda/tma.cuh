@@ -22,15 +22,7 @@ __device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap* map, in
       : "memory");
 }
 
-// An L2 policy that evicts what it loads first: for data a kernel reads once (a 16-row MLA decode
-// job's cache tiles), so that it does not push out what others read again.
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-
-// load_2d under an L2 policy (evict_first_policy).
+// load_2d under an L2 policy (evict_first_policy, read_once.cuh).
 __device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar,
                                         uint64_t policy) {
   asm volatile(

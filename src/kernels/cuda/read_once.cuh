@@ -1,4 +1,5 @@
-// How a decode kernel reads a weight it streams once a step.
+// How a kernel reads data it reads once: weights streamed once a step, a 16-row MLA decode job's
+// cache tiles. Marked the first to leave L2, they do not push out what other kernels read again.
 #pragma once
 
 #include <cstdint>
@@ -11,5 +12,12 @@ namespace mlaserve::cuda {
 // plan and first tile, this step's cache rows), and each such miss costs a DRAM latency on the
 // step's critical path.
 __device__ __forceinline__ uint4 load_weight_once(const void* p) { return __ldcs(static_cast<const uint4*>(p)); }
+
+// An L2 policy that evicts what it loads first, for the copies that take one (cp.async, TMA).
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
 
 }  // namespace mlaserve::cuda
