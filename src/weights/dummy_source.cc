@@ -2,12 +2,10 @@
 // stream (seed, name), so values do not depend on load order or thread count. Linear weights are
 // scaled by 1/sqrt(fan_in) so activations keep their size through the layers and logits spread.
 #include <cmath>
-#include <map>
 
 #include "common/error.h"
 #include "common/random.h"
 #include "kernels/ops.h"
-#include "weights/fp8_block_quant.h"
 #include "weights/weight_source.h"
 
 namespace mlaserve {
@@ -16,14 +14,13 @@ namespace {
 
 class DummySource final : public WeightSource {
  public:
-  DummySource(const ModelConfig& c, uint64_t seed, DType dtype, Backend* device)
-      : config_(c), seed_(seed), dtype_(dtype), device_(device) {}
+  DummySource(uint64_t seed, DType dtype, Backend* device, bool linears_on_device)
+      : seed_(seed), dtype_(dtype), device_(device), linears_on_device_(linears_on_device) {}
 
   bool has(const std::string&) const override { return true; }
 
   Tensor get(const std::string& name, const Shape& shape, WeightRole role) override {
     uint64_t stream = hash64(seed_, hash_string(name.c_str()));
-    bool fp8 = role == WeightRole::Linear && config_.quantization.has_value();
     float stddev = 1.0f, mean = 0.0f;
     switch (role) {
       case WeightRole::Norm: mean = 1.0f; stddev = 0.1f; break;
@@ -32,7 +29,7 @@ class DummySource final : public WeightSource {
       case WeightRole::Linear: case WeightRole::Dense: stddev = 1.0f / std::sqrt(float(shape.back())); break;
     }
     DType dt = role == WeightRole::Bias ? DType::F32 : dtype_;
-    if (!fp8 && device_) {
+    if (device_ && (role != WeightRole::Linear || linears_on_device_)) {
       if (Tensor t = on_device(shape, dt, stream, mean, stddev); t.defined()) return t;
     }
     Tensor values = Tensor::empty(DType::F32, shape);
@@ -40,11 +37,6 @@ class DummySource final : public WeightSource {
     int64_t n = values.numel();
 #pragma omp parallel for if (n >= (int64_t(1) << 16))
     for (int64_t i = 0; i < n; ++i) v[i] = mean + stddev * normal01(stream, uint64_t(i));
-    if (fp8) {
-      LinearWeight q = quantize_fp8_blocks(values, config_.quantization->block_n, config_.quantization->block_k);
-      scales_[name] = q.scale_inv;
-      return q.weight;
-    }
     if (dt == DType::F32) return values;
     Tensor out = Tensor::empty(dt, shape);
 #pragma omp parallel for if (n >= (int64_t(1) << 16))
@@ -52,13 +44,7 @@ class DummySource final : public WeightSource {
     return out;
   }
 
-  Tensor get_scale(const std::string& weight_name, const Shape&, int64_t, int64_t) override {
-    auto it = scales_.find(weight_name);
-    if (it == scales_.end()) return {};
-    Tensor s = it->second;
-    scales_.erase(it);
-    return s;
-  }
+  Tensor get_scale(const std::string&, const Shape&, int64_t, int64_t) override { return {}; }
 
   // The tensor made on the device in the dtype the backend's to_backend gives the host one (matrices
   // in its activation dtype, vectors as they are). The host path rounds the fp32 draws to `dt` and
@@ -75,11 +61,10 @@ class DummySource final : public WeightSource {
   std::string describe() const override { return fmt::format("dummy weights (seed {})", seed_); }
 
  private:
-  const ModelConfig& config_;
   uint64_t seed_;
   DType dtype_;
   Backend* device_;  // nullptr: host tensors only
-  std::map<std::string, Tensor> scales_;
+  bool linears_on_device_;
 };
 
 }  // namespace
@@ -88,7 +73,13 @@ std::unique_ptr<WeightSource> make_dummy_source(const ModelConfig& config, uint6
                                                 Backend* device) {
   // A backend that keeps host tensors (the CPU) gains nothing from filling them itself.
   if (device && device->device() == Device::CPU) device = nullptr;
-  return std::make_unique<DummySource>(config, seed, dtype, device);
+  if (!config.quantization) return std::make_unique<DummySource>(seed, dtype, device, true);
+  // A natively FP8 config (V3, R1): its linears are the dummy weights of `dtype`, quantized as
+  // --quantization fp8 would, on the device where it holds them in `dtype` (a V3 MoE layer's 11 G
+  // weights took minutes on the host); elsewhere host and device would round them differently.
+  const bool linears_on_device = device && device->activation_dtype() == dtype;
+  return make_fp8_quantizing_source(std::make_unique<DummySource>(seed, dtype, device, linears_on_device),
+                                    config.quantization->block_n, config.quantization->block_k, device);
 }
 
 }  // namespace mlaserve

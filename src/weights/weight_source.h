@@ -40,9 +40,11 @@ class WeightSource {
 };
 
 std::unique_ptr<WeightSource> open_checkpoint_source(const std::string& dir);
-// dtype: what unquantized weights are stored in; FP8 linears when config.quantization is set.
+// dtype: what unquantized weights are stored in; FP8 linears when config.quantization is set (the
+// `dtype` ones through make_fp8_quantizing_source).
 // device (optional): a backend that fills tensors in place (Backend::fill_normal) gets them made
-// there, in the dtype its to_backend would give, with the same values; FP8 linears stay on the host.
+// there, in the dtype its to_backend would give, with the same values; FP8 linears are made and
+// quantized there only where that dtype is `dtype`.
 std::unique_ptr<WeightSource> make_dummy_source(const ModelConfig& config, uint64_t seed, DType dtype,
                                                 Backend* device = nullptr);
 // --quantization fp8: `inner`'s Linear-role weights that are not FP8 yet come out as e4m3 with

@@ -2,6 +2,7 @@
 // widths, and against the CPU reference backend on the tiny presets (dummy BF16 weights).
 #include "gpu_test_util.h"
 
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <optional>
@@ -10,6 +11,7 @@
 
 #include "../tools/logit_agreement.h"
 #include "cache/kv_pool.h"
+#include "config/model_presets.h"
 #include "model/deepseek_model.h"
 #include "model/load_model.h"
 #include "weights/safetensors.h"
@@ -190,6 +192,37 @@ TEST(CudaModel, Fp8DummyWeightsQuantizedOnTheDeviceAreTheHostOnes) {
     Tensor got = run_model(from_device, gpu, ids, {7, 8}, AttentionForm::Auto);
     EXPECT_EQ(rel_l2(got, want), 0.0) << preset;
   }
+}
+
+// A natively FP8 config (V3's quantization_config) without --quantization: its dummy linears are
+// made and quantized on the GPU, and they are the host-made ones: the same logits, bit for bit.
+TEST(CudaModel, NativeFp8DummyWeightsMadeOnTheDeviceAreTheHostOnes) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("mlaserve_native_fp8_{}", fresh_seed());
+  fs::create_directories(dir);
+  nlohmann::json config = nlohmann::json::parse(model_preset_json("deepseek-v3-tiny"));
+  config["quantization_config"] = {{"quant_method", "fp8"},
+                                   {"fmt", "e4m3"},
+                                   {"activation_scheme", "dynamic"},
+                                   {"weight_block_size", {128, 128}}};
+  std::ofstream(dir / "config.json") << config.dump();
+  cuda::CudaBackend gpu;
+  ModelLoadOptions host{.model = dir.string(), .load_format = "dummy", .seed = 1};
+  ModelLoadOptions dev = host;
+  dev.device = &gpu;
+  LoadedModel a = load_model(host), b = load_model(dev);
+  fs::remove_all(dir);
+  ASSERT_TRUE(b.config.quantization.has_value());
+  const LinearWeight& down = b.weights.layers[0].mlp.down;  // layer 0 is dense
+  EXPECT_EQ(down.weight.dtype(), DType::F8_E4M3);
+  EXPECT_EQ(down.weight.device(), Device::CUDA);
+  DeepseekModel from_host(a.config, std::move(a.weights), gpu), from_device(b.config, std::move(b.weights), gpu);
+  std::vector<int32_t> ids;
+  const uint64_t prompt_seed = fresh_seed();
+  for (int i = 0; i < 19; ++i) ids.push_back(int32_t(100 + hash64(prompt_seed, i) % 90000));
+  Tensor want = run_model(from_host, gpu, ids, {7, 8}, AttentionForm::Auto);
+  Tensor got = run_model(from_device, gpu, ids, {7, 8}, AttentionForm::Auto);
+  EXPECT_EQ(rel_l2(got, want), 0.0);
 }
 
 // An e4m3 latent cache (--kv-cache-dtype fp8_e4m3) on both backends, BF16 weights: the GPU's

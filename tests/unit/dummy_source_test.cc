@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/random.h"
 #include "kernels/ops.h"
+#include "weights/fp8_block_quant.h"
 #include "weights/weight_source.h"
 
 namespace mlaserve {
@@ -90,6 +91,14 @@ class FillingBackend final : public Backend {
       store_from_f32(t.raw(), t.dtype(), size_t(i), mean + stddev * normal01(stream, uint64_t(i)));
     return true;
   }
+  // As CudaBackend's: the host's codes and scales, left on the "device".
+  bool quantize_fp8_blocks(const Tensor& w, int64_t block_n, int64_t block_k, LinearWeight& out) override {
+    out = mlaserve::quantize_fp8_blocks(on_host(w), block_n, block_k);
+    out.weight = on_device(out.weight);
+    out.scale_inv = on_device(out.scale_inv);
+    return true;
+  }
+  Tensor to_host(const Tensor& t) override { return on_host(t); }
   // Not called by the dummy source.
   void embedding(const Tensor&, const Tensor&, Tensor&) override { none(); }
   void rmsnorm(const Tensor&, const Tensor&, float, Tensor&) override { none(); }
@@ -115,6 +124,10 @@ class FillingBackend final : public Backend {
 
  private:
   [[noreturn]] static void none() { fail("FillingBackend runs no ops"); }
+  static Tensor on_host(const Tensor& t) { return Tensor::wrap(t.raw(), t.dtype(), t.shape(), t.owner(), Device::CPU); }
+  static Tensor on_device(const Tensor& t) {
+    return Tensor::wrap(t.raw(), t.dtype(), t.shape(), t.owner(), Device::CUDA);
+  }
 };
 
 TEST(DummySource, DeviceTensorsAreWhatToBackendWouldMake) {
@@ -128,8 +141,15 @@ TEST(DummySource, DeviceTensorsAreWhatToBackendWouldMake) {
         SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)) + (fp8 ? " fp8" : ""));
         Tensor h = host->get(c.name, c.shape, c.role), d = on_dev->get(c.name, c.shape, c.role);
         bool matrix = c.shape.size() >= 2;
-        bool stays = (fp8 && c.role == WeightRole::Linear) || (matrix && dt == DType::F16);
-        if (stays) {
+        if (fp8 && c.role == WeightRole::Linear) {
+          // Quantized where made: on the device only where it holds the weight in `dt`.
+          EXPECT_EQ(d.device(), dt == DType::BF16 ? Device::CUDA : Device::CPU);
+          ASSERT_EQ(d.dtype(), DType::F8_E4M3);
+          ASSERT_EQ(h.dtype(), DType::F8_E4M3);
+          EXPECT_EQ(std::memcmp(d.raw(), h.raw(), h.nbytes()), 0);
+          continue;
+        }
+        if (matrix && dt == DType::F16) {
           EXPECT_EQ(d.device(), Device::CPU);
           ASSERT_EQ(d.dtype(), h.dtype());
           EXPECT_EQ(std::memcmp(d.raw(), h.raw(), h.nbytes()), 0);
