@@ -19,7 +19,6 @@
 #include "engine/model_runner.h"
 #include "model/absorbed_weights.h"
 #include "model/load_model.h"
-#include "weights/weight_loader.h"
 
 namespace mlaserve::cli {
 
@@ -31,7 +30,6 @@ struct OneBatchArgs {
   std::string device = "cpu";
   std::string tuning_dir;
   int page_size = 1;   // KV pages, as the server's --page-size: each seq's slots start on a page
-  int num_layers = 0;  // > 0: cut the model to this many layers (for shapes too big to hold)
   bool disable_cuda_graph = false;
   bool disable_shared_experts_fusion = false;
   bool enable_fp8_bmm = false;
@@ -72,29 +70,14 @@ double decode_weight_bytes(const ModelConfig& c, int64_t batch, bool fp8, bool f
 }
 
 void run(const OneBatchArgs& a) {
-  ModelConfig config = load_model_config(a.load.model);
-  if (a.num_layers > 0) {
-    MLA_CHECK(a.num_layers <= config.num_hidden_layers, "--num-layers {} exceeds the model's {}", a.num_layers,
-              config.num_hidden_layers);
-    config.num_hidden_layers = a.num_layers;
-    config.first_k_dense_replace = std::min(config.first_k_dense_replace, config.num_hidden_layers);
-    config.num_nextn_predict_layers = 0;
-  }
-  MLA_CHECK(a.load.load_format == "dummy" || a.num_layers == 0, "--num-layers needs --load-format dummy");
   check_kv_cache_dtype_flag(a.kv_cache_dtype);
-  check_quantization_flag(a.load.quantization);
   auto backend = make_backend(a.device);  // first: dummy weights are made on it
   load_tuned_configs(*backend, a.tuning_dir);
-  // The dummy source reads this config as it makes weights: the one without --quantization.
-  const ModelConfig stored = config;
-  auto source = a.load.load_format == "dummy" ? make_dummy_source(stored, a.load.seed, stored.dtype, backend.get())
-                                              : open_checkpoint_source(a.load.model);
-  if (a.load.quantization == "fp8") {  // as load_model: quantized where the weights are (the GPU for dummies)
-    if (!config.quantization) config.quantization = QuantizationConfig{};
-    source = make_fp8_quantizing_source(std::move(source), config.quantization->block_n,
-                                        config.quantization->block_k, backend.get());
-  }
-  ModelWeights weights = load_model_weights(config, *source);
+  ModelLoadOptions load = a.load;
+  load.device = backend.get();
+  LoadedModel model = load_model(load);
+  const ModelConfig config = model.config;
+  ModelWeights weights = std::move(model.weights);
   int max_bs = *std::max_element(a.batch_sizes.begin(), a.batch_sizes.end());
   int max_len = *std::max_element(a.input_lens.begin(), a.input_lens.end()) +
                 *std::max_element(a.output_lens.begin(), a.output_lens.end());
@@ -155,8 +138,8 @@ void run(const OneBatchArgs& a) {
         if (!a.result_file.empty()) {
           nlohmann::json j = {{"model", a.load.model}, {"device", a.device},
                               {"cuda_graph", graph}, {"shared_experts_fusion", !a.disable_shared_experts_fusion},
-                              {"fp8_bmm", a.enable_fp8_bmm},
-                              {"kv_cache_dtype", dtype_name(kv_dtype)}, {"page_size", a.page_size}, {"quantization", a.load.quantization},
+                              {"fp8_bmm", a.enable_fp8_bmm}, {"kv_cache_dtype", dtype_name(kv_dtype)},
+                              {"page_size", a.page_size}, {"quantization", a.load.quantization},
                               {"num_layers", config.num_hidden_layers},
                               {"batch_size", bs}, {"input_len", in_len}, {"output_len", out_len},
                               {"prefill_latency_s", prefill}, {"prefill_throughput", double(bs) * in_len / prefill},
@@ -182,7 +165,7 @@ void register_bench_one_batch(CLI::App& app) {
   cmd->add_option("--batch-size", a->batch_sizes, "One or more")->capture_default_str();
   cmd->add_option("--input-len", a->input_lens, "One or more")->capture_default_str();
   cmd->add_option("--output-len", a->output_lens, "One or more")->capture_default_str();
-  cmd->add_option("--num-layers", a->num_layers, "Cut the model to this many layers (dummy weights)");
+  cmd->add_option("--num-layers", a->load.num_layers, "Cut the model to this many layers (dummy weights)");
   cmd->add_flag("--disable-cuda-graph", a->disable_cuda_graph, "Time eager decode steps (no CUDA graphs)");
   cmd->add_flag("--disable-shared-experts-fusion", a->disable_shared_experts_fusion,
                 "Run MoE shared experts as their own MLP, not as extra experts every token picks");

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "common/error.h"
@@ -42,6 +43,14 @@ LoadedModel load_model(const ModelLoadOptions& o) {
     format = "dummy";
   } else if (format == "auto") {
     format = "safetensors";
+  }
+  if (o.num_layers > 0) {  // shapes too big to hold whole (bench-one-batch --num-layers)
+    MLA_CHECK(format == "dummy", "--num-layers needs --load-format dummy");
+    MLA_CHECK(o.num_layers <= m.config.num_hidden_layers, "--num-layers {} exceeds the model's {}", o.num_layers,
+              m.config.num_hidden_layers);
+    m.config.num_hidden_layers = o.num_layers;
+    m.config.first_k_dense_replace = std::min(m.config.first_k_dense_replace, m.config.num_hidden_layers);
+    m.config.num_nextn_predict_layers = 0;
   }
   check_quantization_flag(o.quantization);
   // The dummy source reads its config while weights load: it keeps the one without --quantization,

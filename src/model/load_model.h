@@ -20,6 +20,7 @@ struct ModelLoadOptions {
   // Dummy weights are made on this backend when it can (see make_dummy_source), and --quantization
   // fp8 quantizes them there.
   Backend* device = nullptr;
+  int64_t num_layers = 0;  // > 0: the model cut to its first layers, no MTP (dummy weights only)
 };
 
 struct LoadedModel {

@@ -3,7 +3,6 @@
 // Jinja feature, all rendered by tests/tools/make_tokenizer_fixtures.py.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -126,15 +125,10 @@ TEST(ChatTemplate, CommandLineRendersMessagesAndTools) {
     testing::TempDir dir("chatcli");
     const std::string in_path = dir.file("input.json");
     std::ofstream(in_path, std::ios::binary) << input.dump();
-    const std::string command = std::string(MLASERVE_BINARY) + " chat-template --tokenizer " + tokenizer_dir() +
-                                " --add-generation-prompt < " + in_path;
-    FILE* pipe = popen(command.c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
-    std::string out;
-    char chunk[4096];
-    for (size_t n; (n = fread(chunk, 1, sizeof(chunk), pipe)) > 0;) out.append(chunk, n);
-    EXPECT_EQ(pclose(pipe), 0);
-    EXPECT_EQ(out, item.at("expected").get<std::string>());
+    testing::CommandResult r =
+        testing::run_mlaserve("chat-template --tokenizer " + tokenizer_dir() + " --add-generation-prompt < " + in_path);
+    EXPECT_EQ(r.status, 0);
+    EXPECT_EQ(r.out, item.at("expected").get<std::string>());
     return;
   }
   FAIL() << "no DeepSeek-V3 fixture case with tools";

@@ -115,14 +115,9 @@ TEST(Fp8GemmTuning, TheCpuBackendHasNothingToTuneAndLoadsNothing) {
 
 // What `mlaserve ARGS` prints (stdout and stderr); it must fail.
 std::string failing_command_output(const std::string& args) {
-  const std::string cmd = testing::mlaserve_binary() + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return "popen failed";
-  std::string out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  EXPECT_NE(pclose(p), 0) << args;
-  return out;
+  testing::CommandResult r = testing::run_mlaserve(args + " 2>&1");
+  EXPECT_NE(r.status, 0) << args;
+  return r.out;
 }
 
 TEST(Fp8GemmTuning, TuneCommandOnTheCpuIsRefusedClearly) {

@@ -2,8 +2,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 
 #include "test_paths.h"
@@ -12,19 +10,8 @@
 namespace mlaserve {
 namespace {
 
-struct Result {
-  int status;
-  std::string out;
-};
-
-Result run(const std::string& args) {
-  std::string cmd = testing::mlaserve_binary() + " --log-level error " + args + " 2>&1";
-  Result r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
-  r.status = pclose(p);
-  return r;
+testing::CommandResult run(const std::string& args) {
+  return testing::run_mlaserve("--log-level error " + args + " 2>&1");
 }
 
 TEST(GenerateCli, JsonOutputMatchesTheFixture) {
@@ -34,7 +21,7 @@ TEST(GenerateCli, JsonOutputMatchesTheFixture) {
   std::string ids;
   for (int id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
   testing::TempDir dir("gen");
-  Result r = run("generate --model " + testing::model_fixture("v3_noaux_tc") + " --input-ids " + ids +
+  testing::CommandResult r = run("generate --model " + testing::model_fixture("v3_noaux_tc") + " --input-ids " + ids +
                  " --max-new-tokens 12 --temperature 0 --ignore-eos --json --dump-logits " + dir.file("l.safetensors"));
   ASSERT_EQ(r.status, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
@@ -53,7 +40,7 @@ TEST(GenerateCli, SharedExpertsFusionOffGivesTheSameTokens) {
   for (int id : ref["prompts"][0].get<std::vector<int>>()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
   size_t n = ref["greedy_continuations"][0].size();
   for (std::string flag : {"", " --disable-shared-experts-fusion"}) {
-    Result r = run("generate --model " + testing::model_fixture("v2_greedy") + " --input-ids " + ids +
+    testing::CommandResult r = run("generate --model " + testing::model_fixture("v2_greedy") + " --input-ids " + ids +
                    " --max-new-tokens " + std::to_string(n) + " --ignore-eos --json" + flag);
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"], ref["greedy_continuations"][0]) << flag;
@@ -61,7 +48,7 @@ TEST(GenerateCli, SharedExpertsFusionOffGivesTheSameTokens) {
 }
 
 TEST(GenerateCli, SmallPresetPrintsTokens) {
-  Result r = run("generate --model deepseek-v3-tiny --load-format dummy --input-ids 0,100,2000 --max-new-tokens 4 "
+  testing::CommandResult r = run("generate --model deepseek-v3-tiny --load-format dummy --input-ids 0,100,2000 --max-new-tokens 4 "
                  "--ignore-eos --json");
   ASSERT_EQ(r.status, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
@@ -74,7 +61,7 @@ TEST(GenerateCli, SmallPresetPrintsTokens) {
 
 TEST(GenerateCli, PromptTextGoesThroughTheTokenizer) {
   std::string tok = testing::source_dir() + "/../shared/tokenizers/deepseek-v3";
-  Result r = run("generate --model deepseek-v3-tiny --prompt 'Hello, world' --tokenizer-path " + tok +
+  testing::CommandResult r = run("generate --model deepseek-v3-tiny --prompt 'Hello, world' --tokenizer-path " + tok +
                  " --max-new-tokens 3 --ignore-eos --json");
   ASSERT_EQ(r.status, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
@@ -84,7 +71,7 @@ TEST(GenerateCli, PromptTextGoesThroughTheTokenizer) {
 }
 
 TEST(GenerateCli, BadArgumentsAreClearErrors) {
-  Result r = run("generate --model deepseek-v3-tiny --input-ids 1,x,3");
+  testing::CommandResult r = run("generate --model deepseek-v3-tiny --input-ids 1,x,3");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("'x' is not an integer"), std::string::npos) << r.out;
   r = run("generate --model deepseek-v3-tiny --input-ids 1,999999999");
@@ -95,7 +82,7 @@ TEST(GenerateCli, BadArgumentsAreClearErrors) {
 
 TEST(GenerateCli, Fp8WeightsAndKvCache) {
   std::string model = "generate --model " + testing::model_fixture("v3_noaux_tc") + " --input-ids 5,6,7 ";
-  Result r = run(model + "--max-new-tokens 4 --ignore-eos --json --quantization fp8 --kv-cache-dtype fp8_e4m3");
+  testing::CommandResult r = run(model + "--max-new-tokens 4 --ignore-eos --json --quantization fp8 --kv-cache-dtype fp8_e4m3");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"].size(), 4u);
   r = run(model + "--kv-cache-dtype fp8_e5m2");

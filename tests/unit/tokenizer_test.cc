@@ -5,7 +5,6 @@
 #include <sys/resource.h>
 
 #include <atomic>
-#include <cstdio>
 #include <map>
 #include <unordered_map>
 #include <fstream>
@@ -262,14 +261,9 @@ std::string run_cli(const std::string& args, const std::string& input) {
   testing::TempDir dir("tokcli");
   const std::string in_path = dir.file("in.txt");
   std::ofstream(in_path, std::ios::binary) << input;
-  const std::string command = std::string(MLASERVE_BINARY) + " " + args + " < " + in_path;
-  FILE* pipe = popen(command.c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  std::string out;
-  char chunk[4096];
-  for (size_t n; (n = fread(chunk, 1, sizeof(chunk), pipe)) > 0;) out.append(chunk, n);
-  EXPECT_EQ(pclose(pipe), 0) << command;
-  return out;
+  testing::CommandResult r = testing::run_mlaserve(args + " < " + in_path);
+  EXPECT_EQ(r.status, 0) << args;
+  return r.out;
 }
 
 TEST(Tokenizer, CommandLineTokenizeAndDetokenize) {
