@@ -175,6 +175,17 @@ TEST(CudaModel, Fp8StaysAsCloseToTheCpuBackendAsFp8ToUnquantized) {
   }
 }
 
+// rel_l2 of model b's logits to model a's, both on the GPU, over a random 19-token prompt and two
+// decode steps.
+double logit_distance(LoadedModel a, LoadedModel b, cuda::CudaBackend& gpu) {
+  DeepseekModel model_a(a.config, std::move(a.weights), gpu), model_b(b.config, std::move(b.weights), gpu);
+  std::vector<int32_t> ids;
+  const uint64_t prompt_seed = fresh_seed();
+  for (int i = 0; i < 19; ++i) ids.push_back(int32_t(100 + hash64(prompt_seed, i) % 90000));
+  Tensor want = run_model(model_a, gpu, ids, {7, 8}, AttentionForm::Auto);
+  return rel_l2(run_model(model_b, gpu, ids, {7, 8}, AttentionForm::Auto), want);
+}
+
 // Dummy weights made and quantized on the GPU (--quantization fp8 with the backend as the load's
 // device) are the host-made ones: the same logits, bit for bit.
 TEST(CudaModel, Fp8DummyWeightsQuantizedOnTheDeviceAreTheHostOnes) {
@@ -183,14 +194,7 @@ TEST(CudaModel, Fp8DummyWeightsQuantizedOnTheDeviceAreTheHostOnes) {
     ModelLoadOptions host{.model = preset, .load_format = "dummy", .seed = 1, .quantization = "fp8"};
     ModelLoadOptions dev = host;
     dev.device = &gpu;
-    LoadedModel a = load_model(host), b = load_model(dev);
-    DeepseekModel from_host(a.config, std::move(a.weights), gpu), from_device(b.config, std::move(b.weights), gpu);
-    std::vector<int32_t> ids;
-    const uint64_t prompt_seed = fresh_seed();
-    for (int i = 0; i < 19; ++i) ids.push_back(int32_t(100 + hash64(prompt_seed, i) % 90000));
-    Tensor want = run_model(from_host, gpu, ids, {7, 8}, AttentionForm::Auto);
-    Tensor got = run_model(from_device, gpu, ids, {7, 8}, AttentionForm::Auto);
-    EXPECT_EQ(rel_l2(got, want), 0.0) << preset;
+    EXPECT_EQ(logit_distance(load_model(host), load_model(dev), gpu), 0.0) << preset;
   }
 }
 
@@ -216,13 +220,7 @@ TEST(CudaModel, NativeFp8DummyWeightsMadeOnTheDeviceAreTheHostOnes) {
   const LinearWeight& down = b.weights.layers[0].mlp.down;  // layer 0 is dense
   EXPECT_EQ(down.weight.dtype(), DType::F8_E4M3);
   EXPECT_EQ(down.weight.device(), Device::CUDA);
-  DeepseekModel from_host(a.config, std::move(a.weights), gpu), from_device(b.config, std::move(b.weights), gpu);
-  std::vector<int32_t> ids;
-  const uint64_t prompt_seed = fresh_seed();
-  for (int i = 0; i < 19; ++i) ids.push_back(int32_t(100 + hash64(prompt_seed, i) % 90000));
-  Tensor want = run_model(from_host, gpu, ids, {7, 8}, AttentionForm::Auto);
-  Tensor got = run_model(from_device, gpu, ids, {7, 8}, AttentionForm::Auto);
-  EXPECT_EQ(rel_l2(got, want), 0.0);
+  EXPECT_EQ(logit_distance(std::move(a), std::move(b), gpu), 0.0);
 }
 
 // An e4m3 latent cache (--kv-cache-dtype fp8_e4m3) on both backends, BF16 weights: the GPU's

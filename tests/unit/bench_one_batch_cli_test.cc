@@ -15,24 +15,27 @@ testing::CommandResult run(const std::string& args) {
   return testing::run_mlaserve("--log-level error bench-one-batch " + args + " 2>&1");
 }
 
-std::vector<nlohmann::json> json_lines(const std::string& path) {
-  std::ifstream in(path);
+// A run with --result-filename: what it printed, and the JSON lines it wrote.
+struct Results {
+  testing::CommandResult r;
   std::vector<nlohmann::json> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-  return lines;
+};
+Results run_with_results(const std::string& args) {
+  testing::TempDir dir("bench");
+  const std::string file = dir.file("results.jsonl");
+  Results x{run(args + " --result-filename " + file), {}};
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) x.lines.push_back(nlohmann::json::parse(line));
+  return x;
 }
 
 TEST(BenchOneBatchCli, OneRowAndOneJsonLineAConfiguration) {
-  testing::TempDir dir("bench");
-  const std::string file = dir.file("results.jsonl");
-  testing::CommandResult r = run("--model deepseek-v3-tiny --batch-size 1 2 --input-len 5 --output-len 2 3 "
-                                 "--result-filename " + file);
+  auto [r, lines] = run_with_results("--model deepseek-v3-tiny --batch-size 1 2 --input-len 5 --output-len 2 3");
   ASSERT_EQ(r.status, 0) << r.out;
   std::istringstream rows(r.out);
   std::string header;
   std::getline(rows, header);
   EXPECT_NE(header.find("decode ms"), std::string::npos) << r.out;
-  std::vector<nlohmann::json> lines = json_lines(file);
   ASSERT_EQ(lines.size(), 4u) << r.out;
   int i = 0;
   for (int bs : {1, 2})
@@ -58,12 +61,9 @@ TEST(BenchOneBatchCli, OneRowAndOneJsonLineAConfiguration) {
 }
 
 TEST(BenchOneBatchCli, NumLayersCutsTheModelAndFp8Loads) {
-  testing::TempDir dir("bench_layers");
-  const std::string file = dir.file("results.jsonl");
-  testing::CommandResult r = run("--model deepseek-v3-tiny --num-layers 2 --quantization fp8 --kv-cache-dtype "
-                                 "fp8_e4m3 --input-len 4 --output-len 2 --result-filename " + file);
+  auto [r, lines] = run_with_results("--model deepseek-v3-tiny --num-layers 2 --quantization fp8 "
+                                     "--kv-cache-dtype fp8_e4m3 --input-len 4 --output-len 2");
   ASSERT_EQ(r.status, 0) << r.out;
-  std::vector<nlohmann::json> lines = json_lines(file);
   ASSERT_EQ(lines.size(), 1u) << r.out;
   EXPECT_EQ(lines[0]["num_layers"], 2);
   EXPECT_EQ(lines[0]["quantization"], "fp8");
