@@ -646,16 +646,7 @@ DecodeKernel variant_for(const MoeDecodeParams& p, DecodeKernel k1, DecodeKernel
 // The variant of a one-token kernel that routes with N experts a lane (moe_route_warp.cuh).
 template <template <int> class Pick>
 auto routed_variant(const MoeRouteParams& r) {
-  switch (moe_route_experts_per_lane(r.num_experts)) {
-    case 1: return Pick<1>::kernel;
-    case 2: return Pick<2>::kernel;
-    case 3: return Pick<3>::kernel;
-    case 4: return Pick<4>::kernel;
-    case 5: return Pick<5>::kernel;
-    case 6: return Pick<6>::kernel;
-    case 7: return Pick<7>::kernel;
-    default: return Pick<8>::kernel;
-  }
+  return route_warp::with_experts_per_lane(r.num_experts, [](auto n) { return Pick<decltype(n)::value>::kernel; });
 }
 template <int N>
 struct GateUpRouted {

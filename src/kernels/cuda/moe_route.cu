@@ -154,16 +154,7 @@ void launch_moe_route(const MoeRouteParams& p, int64_t warp_per_token_from_score
     launch_pdl(moe_route_block_kernel, unsigned(p.num_tokens), kThreads, 0, stream, p);
     return;
   }
-  switch (moe_route_experts_per_lane(p.num_experts)) {
-    case 1: return launch_warp_kernel<1>(p, stream);
-    case 2: return launch_warp_kernel<2>(p, stream);
-    case 3: return launch_warp_kernel<3>(p, stream);
-    case 4: return launch_warp_kernel<4>(p, stream);
-    case 5: return launch_warp_kernel<5>(p, stream);
-    case 6: return launch_warp_kernel<6>(p, stream);
-    case 7: return launch_warp_kernel<7>(p, stream);
-    default: return launch_warp_kernel<8>(p, stream);
-  }
+  route_warp::with_experts_per_lane(p.num_experts, [&](auto n) { launch_warp_kernel<decltype(n)::value>(p, stream); });
 }
 
 }  // namespace mlaserve::cuda

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cfloat>
+#include <type_traits>
 
 #include "kernels/cuda/moe_route.h"
 
@@ -208,6 +209,22 @@ __device__ __forceinline__ void route_token(const MoeRouteParams& p, int t, int 
     top_k_ranked(p, lane, score, choice, s, my_id, my_score);
   else
     top_k_rounds(p, lane, score, choice, my_id, my_score);
+}
+
+// Host side: calls f(std::integral_constant<int, N>{}) with N the experts a lane of a routing over
+// num_experts (1 to 8), so each launcher picks its kernel's template from one place.
+template <class F>
+decltype(auto) with_experts_per_lane(int num_experts, F&& f) {
+  switch (moe_route_experts_per_lane(num_experts)) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
 }
 
 }  // namespace mlaserve::cuda::route_warp
