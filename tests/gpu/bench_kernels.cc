@@ -217,7 +217,8 @@ void bench_mla_decode(cuda::CudaBackend& gpu, const MemRowFn& mem_row, const Flo
                  Case{16, 1, 32768, 1}, Case{16, 1, 32768, 64}, Case{128, 128, 1024, 1}, Case{128, 128, 1024, 64},
                  Case{16, 32, 4096, 1}, Case{16, 32, 4096, 64}, Case{16, 128, 1024, 1}, Case{16, 128, 1024, 64},
                  Case{16, 256, 2048, 1}, Case{16, 256, 2048, 64}, Case{16, 8, 2048, 64}, Case{16, 1, 2048, 64},
-                 Case{128, 64, 4096, 64, true}, Case{16, 128, 4096, 64, true}}) {
+                 Case{128, 64, 4096, 64, true}, Case{16, 128, 4096, 64, true}, Case{128, 1, 256, 1},
+                 Case{128, 4, 256, 1}}) {
     std::string shape = fmt::format("H={} B={} ctx{}{} pg={}", c.H, c.B, c.mixed ? "~" : "=", c.ctx, c.page);
     if (shape.find(g_shape_filter) == std::string::npos) continue;
     std::vector<int32_t> lens(static_cast<size_t>(c.B), int32_t(c.ctx)), qs{0}, ks{0};

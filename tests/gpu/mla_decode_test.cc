@@ -404,7 +404,8 @@ struct PlanOut {
 // 16 * m_tiles rows in seq then row order (none from index max_jobs on), the concatenation of
 // their 64-key tiles cut evenly between P = min(tiles, num_ctas) CTAs; or whole jobs, CTA c of
 // Pw = min(num_ctas, jobs) taking jobs [c * jobs / Pw, (c + 1) * jobs / Pw), when the most tiles a
-// CTA gets that way exceed ceil(tiles / P) by at most ceil(rows of the widest job / 16). The
+// CTA gets that way exceed ceil(tiles / P) by at most ceil(rows of the widest job / 16 * min(jobs,
+// num_ctas) / num_ctas) (a batch of few jobs has few partials to combine). The
 // kernel's general path (more than 512 seqs, or a seq of more than 8 jobs) takes whole jobs only
 // when there are no more jobs than CTAs.
 PlanOut plan_reference(const std::vector<int32_t>& seq_lens, const std::vector<int32_t>& query_start, int H,
@@ -444,7 +445,8 @@ PlanOut plan_reference(const std::vector<int32_t>& seq_lens, const std::vector<i
   int64_t makespan = 0;
   auto run_tiles = [&](int c) { return job_tile[size_t(run_begin(c + 1))] - job_tile[size_t(run_begin(c))]; };
   for (int c = 0; c < Pw; ++c) makespan = std::max(makespan, run_tiles(c));
-  if (Pw > 0 && P > 0 && (small_path || nj <= num_ctas) && makespan - (total + P - 1) / P <= (widest + 15) / 16) {
+  const int64_t slack = (int64_t((widest + 15) / 16) * std::min(nj, num_ctas) + num_ctas - 1) / std::max(num_ctas, 1);
+  if (Pw > 0 && P > 0 && (small_path || nj <= num_ctas) && makespan - (total + P - 1) / P <= slack) {
     for (int j = 0; j < nj; ++j) {
       int32_t* job = &jobs[size_t(j) * 8];
       job[5] = int((int64_t(j + 1) * Pw - 1) / nj), job[6] = 1, job[7] = j;
