@@ -201,39 +201,42 @@ TEST_F(CudaOps, RopeOnQueryHeadsAndTheLatent) {
 TEST_F(CudaOps, MlaNormRopeStoreMatchesTheSeparateOps) {
   // The fused op against the CPU reference (the separate ops): V3 / V2-Lite heads, a token count
   // that is not a multiple of anything, a latent view inside a wider row, BF16 and F32 norm weights,
-  // BF16 and FP8 caches.
+  // BF16 and FP8 caches; heads of 192 (16-byte rope parts: the kernel's 16-byte path) and of 194
+  // (its pair-a-thread path).
   for (int64_t H : {16, 128})
     for (DType norm_dtype : {DType::BF16, DType::F32})
-      for (DType cache_dtype : {DType::BF16, DType::F8_E4M3}) {
-        int64_t T = 37, slots = 300, L = 512, R = 64;
-        Tensor inv = Tensor::empty(DType::F32, {R / 2});
-        for (int i = 0; i < R / 2; ++i) inv.data<float>()[i] = std::pow(10000.0f, -float(2 * i) / float(R));
-        RopeTable host{inv, 0.7f}, dev{gpu.to_device(inv), 0.7f};
-        std::vector<int32_t> pos(T), where(T);
-        for (int64_t t = 0; t < T; ++t) pos[t] = int32_t((t * 977) % 5000), where[t] = int32_t((t * 7 + 11) % slots);
-        Tensor q = random_f32({T, H, 192}, seed), wide = random_f32({T, L + R + 8}, seed + 1);
-        Tensor norm = random_f32({L}, seed + 2, 0.5f, 1.0f), cache0 = random_f32({slots, L + R}, seed + 3);
+      for (DType cache_dtype : {DType::BF16, DType::F8_E4M3})
+        for (int64_t head_width : {192, 194}) {
+          if (head_width == 194 && norm_dtype == DType::F32) continue;
+          int64_t T = 37, slots = 300, L = 512, R = 64;
+          Tensor inv = Tensor::empty(DType::F32, {R / 2});
+          for (int i = 0; i < R / 2; ++i) inv.data<float>()[i] = std::pow(10000.0f, -float(2 * i) / float(R));
+          RopeTable host{inv, 0.7f}, dev{gpu.to_device(inv), 0.7f};
+          std::vector<int32_t> pos(T), where(T);
+          for (int64_t t = 0; t < T; ++t) pos[t] = int32_t((t * 977) % 5000), where[t] = int32_t((t * 7 + 11) % slots);
+          Tensor q = random_f32({T, H, head_width}, seed), wide = random_f32({T, L + R + 8}, seed + 1);
+          Tensor norm = random_f32({L}, seed + 2, 0.5f, 1.0f), cache0 = random_f32({slots, L + R}, seed + 3);
 
-        const bool fp8 = cache_dtype == DType::F8_E4M3;
-        const float kv_scale = fp8 ? 0.03125f : 1.0f;  // normalized latents of ~1 spread over e4m3's range
-        Tensor qc = q.to_f32(), wc = wide.to_f32(), cc = to_dtype(cache0, fp8 ? DType::F8_E4M3 : DType::F32);
-        Tensor lat = wc.narrow(1, 0, L + R), qpe = qc.narrow(2, 128, R);
-        cpu->mla_norm_rope_store(lat, qpe, norm, 1e-6f, Tensor::from_i32(pos), host, Tensor::from_i32(where), cc,
-                                 kv_scale);
+          const bool fp8 = cache_dtype == DType::F8_E4M3;
+          const float kv_scale = fp8 ? 0.03125f : 1.0f;  // normalized latents of ~1 spread over e4m3's range
+          Tensor qc = q.to_f32(), wc = wide.to_f32(), cc = to_dtype(cache0, fp8 ? DType::F8_E4M3 : DType::F32);
+          Tensor lat = wc.narrow(1, 0, L + R), qpe = qc.narrow(2, 128, R);
+          cpu->mla_norm_rope_store(lat, qpe, norm, 1e-6f, Tensor::from_i32(pos), host, Tensor::from_i32(where), cc,
+                                   kv_scale);
 
-        Tensor qg = dev_bf16(q), wg = dev_bf16(wide),
-               cg = gpu.to_device(to_dtype(cache0, fp8 ? cache_dtype : DType::BF16));
-        Tensor latg = wg.narrow(1, 0, L + R), qpeg = qg.narrow(2, 128, R);
-        gpu.mla_norm_rope_store(latg, qpeg, gpu.to_device(to_dtype(norm, norm_dtype)), 1e-6f,
-                                gpu.to_device(Tensor::from_i32(pos)), dev, gpu.to_device(Tensor::from_i32(where)), cg,
-                                kv_scale);
-        const std::string where_s = fmt::format("H={} cache {}", H, dtype_name(cache_dtype));
-        EXPECT_LE(rel_l2(gpu.to_host(qg), qc), kBf16Tolerance) << "q_pe " << where_s;
-        EXPECT_LE(rel_l2(gpu.to_host(wg), wc), kBf16Tolerance) << "latent " << where_s;
-        // FP8: the GPU quantizes the BF16-rounded latents, the CPU its fp32 ones; a value near an e4m3
-        // rounding boundary may land one step apart (a step is 6-12%), rarely.
-        EXPECT_LE(rel_l2(gpu.to_host(cg).to_f32(), cc.to_f32()), fp8 ? 2e-2 : kBf16Tolerance) << "cache " << where_s;
-      }
+          Tensor qg = dev_bf16(q), wg = dev_bf16(wide),
+                 cg = gpu.to_device(to_dtype(cache0, fp8 ? cache_dtype : DType::BF16));
+          Tensor latg = wg.narrow(1, 0, L + R), qpeg = qg.narrow(2, 128, R);
+          gpu.mla_norm_rope_store(latg, qpeg, gpu.to_device(to_dtype(norm, norm_dtype)), 1e-6f,
+                                  gpu.to_device(Tensor::from_i32(pos)), dev, gpu.to_device(Tensor::from_i32(where)), cg,
+                                  kv_scale);
+          const std::string where_s = fmt::format("H={} cache {} head {}", H, dtype_name(cache_dtype), head_width);
+          EXPECT_LE(rel_l2(gpu.to_host(qg), qc), kBf16Tolerance) << "q_pe " << where_s;
+          EXPECT_LE(rel_l2(gpu.to_host(wg), wc), kBf16Tolerance) << "latent " << where_s;
+          // FP8: the GPU quantizes the BF16-rounded latents, the CPU its fp32 ones; a value near an e4m3
+          // rounding boundary may land one step apart (a step is 6-12%), rarely.
+          EXPECT_LE(rel_l2(gpu.to_host(cg).to_f32(), cc.to_f32()), fp8 ? 2e-2 : kBf16Tolerance) << "cache " << where_s;
+        }
 }
 
 TEST_F(CudaOps, KvStoreAndGather) {
