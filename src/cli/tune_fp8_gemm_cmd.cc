@@ -25,20 +25,25 @@ struct TuneArgs {
   std::string tuning_dir;
 };
 
-// The (N, K) of the linear layers a model runs in FP8 blocks: those of whole 128 x 128 blocks
-// (kv_a's 576 rows, and q_a stacked with it, run in BF16). Shared experts as their own MLP (with
-// --disable-shared-experts-fusion) and kv_b (prefill's decompression) included.
+// The (N, K) of the linear layers a model runs in FP8 blocks (K of whole 128-wide blocks; N may end
+// in a ragged block, as kv_a's 576 rows do). q (or q_a) stacked with kv_a as the model runs them,
+// and apart; shared experts as their own MLP (with --disable-shared-experts-fusion) and kv_b
+// (prefill's decompression) included.
 std::set<std::pair<int64_t, int64_t>> fp8_linear_shapes(const ModelConfig& c) {
   const int64_t H = c.hidden_size, heads = c.num_attention_heads;
   std::vector<std::pair<int64_t, int64_t>> all = {
       {heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank},  // kv_b
       {H, heads * c.v_head_dim},                                      // o
   };
+  const int64_t kv_a = c.kv_lora_rank + c.qk_rope_head_dim;
+  all.push_back({kv_a, H});
   if (c.q_lora_rank > 0) {
     all.push_back({c.q_lora_rank, H});                        // q_a
+    all.push_back({c.q_lora_rank + kv_a, H});                 // q_a and kv_a stacked
     all.push_back({heads * c.qk_head_dim(), c.q_lora_rank});  // q_b
   } else {
-    all.push_back({heads * c.qk_head_dim(), H});  // q
+    all.push_back({heads * c.qk_head_dim(), H});         // q
+    all.push_back({heads * c.qk_head_dim() + kv_a, H});  // q and kv_a stacked
   }
   if (c.first_k_dense_replace > 0) {
     all.push_back({2 * c.intermediate_size, H});  // dense gate_up
@@ -51,7 +56,7 @@ std::set<std::pair<int64_t, int64_t>> fp8_linear_shapes(const ModelConfig& c) {
   }
   std::set<std::pair<int64_t, int64_t>> shapes;
   for (auto [N, K] : all)
-    if (N > 0 && K > 0 && N % 128 == 0 && K % 128 == 0) shapes.insert({N, K});
+    if (N > 0 && K > 0 && N % 16 == 0 && K % 128 == 0) shapes.insert({N, K});
   return shapes;
 }
 

@@ -7,6 +7,7 @@ namespace mlaserve {
 LinearWeight row_range(const LinearWeight& w, int64_t begin, int64_t count) {
   LinearWeight out = w;
   out.weight = w.weight.narrow(0, begin, count);
+  out.pad_rows = 0;  // whole blocks: the pad rows lie past the last one
   if (!w.is_fp8_block()) return out;
   MLA_CHECK(begin % w.block_n == 0 && count % w.block_n == 0,
             "row_range: rows [{}, {}) of an FP8 weight cut its blocks of {} rows", begin, begin + count, w.block_n);

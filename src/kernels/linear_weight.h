@@ -17,6 +17,10 @@ struct LinearWeight {
   // 16384, its 128 rows 128 bytes each. The CUDA expert kernels stream it in whole-block reads
   // (Backend::pack_moe_experts makes it); every other op takes row-major weights only.
   bool tiled = false;
+  // Rows of zeros after the last row, with a ragged last block of FP8 rows (out % block_n != 0):
+  // GEMMs that read whole blocks (cuBLASLt's block-scaled mode) may read them. Backends that need
+  // them make them (CudaBackend::to_backend); 0 elsewhere.
+  int64_t pad_rows = 0;
 
   int64_t out_features() const { return weight.size(0); }
   int64_t in_features() const { return weight.size(1); }

@@ -22,13 +22,14 @@ Tensor stack_rows(const Tensor& a, const Tensor& b) {
 }
 
 // Whether b's rows can follow a's in one weight: same dtype and input width, and FP8 blocks only
-// of one size with whole blocks of rows in each (a block may not straddle the two).
+// of one size with whole blocks of a's rows (a block may not straddle the two; b's last may be
+// ragged, as kv_a's 576 rows are: it stays the last).
 bool stackable(const LinearWeight& a, const LinearWeight& b) {
   if (!a.weight.defined() || !b.weight.defined() || a.weight.dtype() != b.weight.dtype() ||
       a.in_features() != b.in_features() || a.is_fp8_block() != b.is_fp8_block())
     return false;
   return !a.is_fp8_block() || (a.block_n == b.block_n && a.block_k == b.block_k && a.out_features() % a.block_n == 0 &&
-                               b.out_features() % b.block_n == 0);
+                               a.pad_rows == 0 && b.pad_rows == 0);
 }
 
 // a's rows over b's (FP8 block scales too), on the host: the weights may already be on the
@@ -51,6 +52,7 @@ void stack_gate_up(GatedMlpWeights& m, Backend& backend) {
 LinearWeight on_host(const LinearWeight& w, Backend& backend) {
   LinearWeight h = w;
   h.weight = backend.to_host(w.weight);
+  h.pad_rows = 0;  // the copy has the rows only
   if (w.is_fp8_block()) h.scale_inv = backend.to_host(w.scale_inv);
   return h;
 }
@@ -162,9 +164,8 @@ void DeepseekModel::fuse_q_kv_a() {
     q = a.kv_a_proj = LinearWeight{};
     ++stacked;
   }
-  // FP8 checkpoints keep them apart: kv_a's 576 rows are not whole 128-row blocks.
   if (stacked < int64_t(weights_.layers.size()))
-    spdlog::info("{} and kv_a_proj_with_mqa run as two GEMMs in {} of {} layers (FP8 blocks or dtypes differ)",
+    spdlog::info("{} and kv_a_proj_with_mqa run as two GEMMs in {} of {} layers (their FP8 blocks or dtypes differ)",
                  config_.q_lora_rank > 0 ? "q_a_proj" : "q_proj", int64_t(weights_.layers.size()) - stacked,
                  weights_.layers.size());
 }

@@ -27,10 +27,12 @@ void bench_fp8_linear(cuda::CudaBackend& gpu, double copy_bw, std::vector<Row>& 
     const char* name;
     int64_t N, K;
   };
-  // (kv_a, N = 576, is not a whole number of 128-row blocks: it runs as BF16.) Up to 16 tokens the
-  // op runs the skinny kernel (its default launch, or the tuned one where a file was loaded);
-  // cuBLASLt beside it.
+  // kv_a (N = 576) ends in a ragged block of rows, and so does q_a stacked over it (the model's
+  // q_kv_a): cuBLASLt reads their rows of zeros. Up to 16 tokens the op runs the skinny kernel (its
+  // default launch, or the tuned one where a file was loaded); cuBLASLt beside it.
   for (Lin l : std::vector<Lin>{{"v3.q_a", 1536, 7168},
+                                {"v3.kv_a", 576, 7168},
+                                {"v3.q_kv_a", 2112, 7168},
                                 {"v3.q_b", 24576, 1536},
                                 {"v3.o", 7168, 16384},
                                 {"v3.dense_gate_up", 36864, 7168},

@@ -1,7 +1,7 @@
 // q_proj (or q_a_proj) and kv_a_proj_with_mqa stacked into one weight (DeepseekModelOptions::
 // fuse_q_kv_a): tiny models whose logits must not change when q and the latent are column views of
 // one GEMM's output, in both MLA forms, in fp32 and with FP8 blocks that do (64) or do not (128)
-// divide kv_a's 576 rows.
+// divide kv_a's 576 rows (its ragged last block then ends the stacked weight).
 #include <gtest/gtest.h>
 
 #include "../common/tiny_model_runs.h"
@@ -17,7 +17,7 @@ using testing::tiny_model;
 struct FusionCase {
   const char* preset;
   int64_t fp8_block;  // 0: fp32 weights
-  bool stacks;        // whether the weights allow it (128-row blocks straddle q and kv_a)
+  bool stacks;        // whether the weights allow it (q's rows must be whole blocks)
 };
 
 class QKvAFusion : public ::testing::TestWithParam<FusionCase> {};
@@ -42,7 +42,7 @@ TEST_P(QKvAFusion, GivesTheLogitsOfTheSeparateProjections) {
     EXPECT_EQ(f.q_kv_a.weight.shape(), (Shape{Nq + c.kv_cache_dim(), c.hidden_size}));
     EXPECT_EQ(f.q_kv_a.is_fp8_block(), p.fp8_block > 0);
     if (p.fp8_block > 0) {
-      Shape blocks{(Nq + c.kv_cache_dim()) / p.fp8_block, c.hidden_size / p.fp8_block};
+      Shape blocks{(Nq + c.kv_cache_dim() + p.fp8_block - 1) / p.fp8_block, c.hidden_size / p.fp8_block};
       EXPECT_EQ(f.q_kv_a.scale_inv.shape(), blocks);
     }
   }
@@ -65,8 +65,9 @@ INSTANTIATE_TEST_SUITE_P(Presets, QKvAFusion,
                                            FusionCase{"deepseek-v3-tiny", 0, true},
                                            FusionCase{"deepseek-v2-lite-tiny", 64, true},
                                            FusionCase{"deepseek-v3-tiny", 64, true},
-                                           FusionCase{"deepseek-v2-lite-tiny", 128, false},
-                                           FusionCase{"deepseek-v3-tiny", 128, false}));
+                                           FusionCase{"deepseek-v2-lite-tiny", 128, true},
+                                           FusionCase{"deepseek-v3-tiny", 128, true},
+                                           FusionCase{"deepseek-v3-tiny", 192, false}));
 
 }  // namespace
 }  // namespace mlaserve

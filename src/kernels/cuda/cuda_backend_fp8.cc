@@ -17,11 +17,15 @@ namespace mlaserve::cuda {
 
 namespace {
 
-// cuBLASLt's block-scaled GEMM takes 128 x 128 blocks over whole blocks only (a ragged last block
-// of rows, as kv_a's 576, reads garbage scales): other weights run dequantized to BF16.
-bool gemm_takes(const LinearWeight& w) {
-  return w.block_n == 128 && w.block_k == 128 && w.in_features() % 128 == 0 && w.out_features() % 128 == 0;
-}
+// cuBLASLt's block-scaled GEMM takes 128 x 128 blocks over whole blocks only: a ragged last block
+// of rows (kv_a's 576, q_a stacked with it) is padded with rows of zeros, which it reads as a whole
+// block; weights of other blocks, or of a ragged K, run dequantized to BF16.
+bool gemm_takes(const LinearWeight& w) { return w.block_n == 128 && w.block_k == 128 && w.in_features() % 128 == 0; }
+
+int64_t whole_rows(int64_t N) { return (N + 127) / 128 * 128; }
+
+// Whether w has the rows cuBLASLt reads: whole blocks, or its pad.
+bool rows_whole(const LinearWeight& w) { return w.out_features() + w.pad_rows == whole_rows(w.out_features()); }
 
 }  // namespace
 
@@ -51,7 +55,7 @@ LinearWeight CudaBackend::to_backend(const LinearWeight& w) {
   }
   if (w.weight.device() == Device::CUDA) {
     // Quantized here (quantize_fp8_blocks): as it is if the GEMM takes it, else through the host.
-    if (gemm_takes(w) && w.scale_inv.device() == Device::CUDA &&
+    if (gemm_takes(w) && rows_whole(w) && w.scale_inv.device() == Device::CUDA &&
         w.scale_inv.stride(0) == fp8_scale_row_stride(w.scale_inv.size(1)))
       return w;
     LinearWeight host = w;
@@ -71,7 +75,15 @@ LinearWeight CudaBackend::to_backend(const LinearWeight& w) {
   Tensor padded = Tensor::zeros(DType::F32, {rows, ld});
   for (int64_t r = 0; r < rows; ++r)
     std::copy_n(scales.data<float>() + r * scales.stride(0), cols, padded.data<float>() + r * ld);
-  out.weight = to_device(w.weight);
+  const int64_t N = w.out_features(), K = w.in_features(), rows_padded = whole_rows(N);
+  if (rows_padded == N) {
+    out.weight = to_device(w.weight);
+  } else {
+    Tensor host = Tensor::zeros(DType::F8_E4M3, {rows_padded, K}), src = w.weight.contiguous();
+    std::copy_n(src.data<uint8_t>(), src.nbytes(), host.data<uint8_t>());
+    out.weight = to_device(host).narrow(0, 0, N);
+    out.pad_rows = rows_padded - N;
+  }
   out.scale_inv = to_device(padded).narrow(1, 0, cols);
   out.block_n = w.block_n, out.block_k = w.block_k;
   return out;
@@ -300,17 +312,23 @@ void CudaBackend::check_fp8_linear(int64_t T, const LinearWeight& w, const Tenso
 }
 
 // q [Tp, K] e4m3 (row stride ldq), scales_t [G, Tp]; the first out.size(0) rows of the product go
-// to out, through a scratch [Tp, N] when out has fewer rows.
+// to out, through a scratch [Tp, whole rows of N] when out has fewer rows or N a ragged last block
+// (the weight's pad rows of zeros make it whole).
 void CudaBackend::fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w,
                                  Tensor& out) {
   const int64_t T = out.size(0), Tp = scales_t.size(1), N = w.out_features(), K = w.in_features();
-  const bool out_f32 = out.dtype() == DType::F32, padded = Tp != T;
-  Tensor dst = padded ? empty(out.dtype(), {Tp, N}) : out;
+  const int64_t Nw = whole_rows(N);
+  MLA_CHECK(rows_whole(w),
+            "FP8 linear: a {}-row weight needs {} rows of zeros after it for the block-scaled GEMM (to_backend "
+            "makes them), it has {}",
+            N, Nw - N, w.pad_rows);
+  const bool out_f32 = out.dtype() == DType::F32, scratch = Tp != T || Nw != N;
+  Tensor dst = scratch ? empty(out.dtype(), {Tp, Nw}) : out;
   gemm_->fp8_block_nt(q, ldq, scales_t.data<float>(), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
-                      dst.raw(), dst.stride(0), out_f32, Tp, N, K, stream_);
-  if (!padded) return;
+                      dst.raw(), dst.stride(0), out_f32, Tp, Nw, K, stream_);
+  if (!scratch) return;
   const size_t elem = dtype_size(out.dtype());
-  CUDA_CHECK(cudaMemcpy2DAsync(out.raw(), out.stride(0) * elem, dst.raw(), N * elem, N * elem, T,
+  CUDA_CHECK(cudaMemcpy2DAsync(out.raw(), out.stride(0) * elem, dst.raw(), Nw * elem, N * elem, T,
                                cudaMemcpyDeviceToDevice, stream_));
 }
 

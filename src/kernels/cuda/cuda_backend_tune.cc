@@ -67,8 +67,8 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
   out.set_device(device_name());
   uint64_t seed = 1;
   for (auto [N, K] : shapes) {
-    MLA_CHECK(N > 0 && K > 0 && N % 128 == 0 && K % 128 == 0,
-              "tune-fp8-gemm: N={} K={}: the block-scaled FP8 linear takes multiples of 128", N, K);
+    MLA_CHECK(N > 0 && K > 0 && N % 16 == 0 && K % 128 == 0,
+              "tune-fp8-gemm: N={} K={}: the block-scaled FP8 linear takes N a multiple of 16 and K of 128", N, K);
     // Copies of the weight to rotate among, together larger than L2, so every call reads HBM as
     // a decode step does.
     const int copies = int(std::clamp<int64_t>((int64_t(256) << 20) / (N * K) + 1, 1, 8));
@@ -77,6 +77,7 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
       Tensor b = empty(DType::BF16, {N, K});
       MLA_CHECK(fill_normal(b, seed++, 0.0f, 0.05f) && quantize_fp8_blocks(b, 128, 128, w),
                 "tune-fp8-gemm: cannot make a random FP8 weight");
+      w = to_backend(w);  // a ragged last block of rows gets the pad rows cuBLASLt reads
     }
     for (int64_t T : tokens) {
       MLA_CHECK(T > 0, "tune-fp8-gemm: token count {} must be positive", T);
