@@ -64,7 +64,7 @@ TEST_F(Fp8Linear, DeviceQuantizationOfWeightsIsTheHosts) {
     LinearWeight dev = gpu.to_backend(got), host = gpu.to_backend(want);
     const bool blocks = c.bn == 128 && c.bk == 128 && c.K % 128 == 0;
     EXPECT_EQ(dev.is_fp8_block(), blocks);
-    EXPECT_EQ(dev.weight.raw() == got.weight.raw(), blocks && c.N % 128 == 0) << "kept as it is where the GEMM takes it";
+    EXPECT_EQ(dev.weight.raw() == got.weight.raw(), blocks && c.N % 128 == 0) << "kept as it is where whole";
     EXPECT_EQ(dev.pad_rows, blocks ? (128 - c.N % 128) % 128 : 0);
     EXPECT_EQ(host.pad_rows, dev.pad_rows);
     Tensor a = gpu.to_host(dev.weight), b = gpu.to_host(host.weight);
@@ -74,7 +74,7 @@ TEST_F(Fp8Linear, DeviceQuantizationOfWeightsIsTheHosts) {
 
 // DeepSeek-V3 dense shapes (scaled down in N where the CPU reference would be slow), token counts
 // that are not multiples of 16, and ragged last blocks of rows: kv_a (N = 576) and a tiny model's q
-// stacked over it (704), whose rows of zeros make the block whole for cuBLASLt (past 16 tokens).
+// stacked over it (704), which cuBLASLt takes as they are past 16 tokens.
 TEST_F(Fp8Linear, BlockScaledGemmMatchesTheReference) {
   struct Shape3 {
     int64_t N, K;
