@@ -28,8 +28,8 @@ void bench_fp8_linear(cuda::CudaBackend& gpu, double copy_bw, std::vector<Row>& 
     int64_t N, K;
   };
   // kv_a (N = 576) ends in a ragged block of rows, and so does q_a stacked over it (the model's
-  // q_kv_a): cuBLASLt reads their rows of zeros. Up to 16 tokens the op runs the skinny kernel (its
-  // default launch, or the tuned one where a file was loaded); cuBLASLt beside it.
+  // q_kv_a); both run in FP8. Up to 16 tokens the op runs the skinny kernel (its default launch, or
+  // the tuned one where a file was loaded); cuBLASLt beside it.
   for (Lin l : std::vector<Lin>{{"v3.q_a", 1536, 7168},
                                 {"v3.kv_a", 576, 7168},
                                 {"v3.q_kv_a", 2112, 7168},
