@@ -30,11 +30,9 @@ void move_expert(GatedMlpWeights& m, Backend& b) {
   if (ragged(m.gate) || ragged(m.up) || ragged(m.down))
     for (LinearWeight* w : {&m.gate, &m.up, &m.down}) {
       if (!w->is_fp8_block()) continue;
-      LinearWeight host = *w;
-      host.weight = b.to_host(w->weight);
-      host.scale_inv = b.to_host(w->scale_inv);
+      const Tensor plain = dequantize(on_host(*w, b));
       *w = LinearWeight{};
-      w->weight = dequantize(host);
+      w->weight = plain;
     }
   move(m, b);
 }
@@ -58,6 +56,14 @@ void move(LayerWeights& l, Backend& b) {
 }
 
 }  // namespace
+
+LinearWeight on_host(const LinearWeight& w, Backend& backend) {
+  LinearWeight h = w;
+  h.weight = backend.to_host(w.weight);
+  h.pad_rows = 0;  // the copy has the rows only
+  if (w.is_fp8_block()) h.scale_inv = backend.to_host(w.scale_inv);
+  return h;
+}
 
 void move_weights_to_backend(ModelWeights& w, Backend& b) {
   if (b.device() == Device::CPU) return;

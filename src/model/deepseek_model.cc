@@ -48,15 +48,6 @@ void stack_gate_up(GatedMlpWeights& m, Backend& backend) {
   m.gate = m.up = LinearWeight{};
 }
 
-// A host copy of a linear weight (dummy weights may have been made on the device).
-LinearWeight on_host(const LinearWeight& w, Backend& backend) {
-  LinearWeight h = w;
-  h.weight = backend.to_host(w.weight);
-  h.pad_rows = 0;  // the copy has the rows only
-  if (w.is_fp8_block()) h.scale_inv = backend.to_host(w.scale_inv);
-  return h;
-}
-
 // Columns [start, start + n) of a host matrix, copied contiguous a row at a time.
 Tensor cut_columns(const Tensor& t, int64_t start, int64_t n) {
   Tensor src = t.contiguous(), out = Tensor::empty(t.dtype(), {t.size(0), n});
