@@ -1,5 +1,5 @@
-// Moves a model's weights to the backend that will run it (CUDA: BF16 device copies, FP8 blocks
-// dequantized for now; the CPU keeps the mapped checkpoint views as they are).
+// Moves a model's weights to the backend that will run it (CUDA: device copies, FP8 blocks kept as
+// the backend's to_backend decides; the CPU keeps the mapped checkpoint views as they are).
 #pragma once
 
 #include "kernels/ops.h"
