@@ -30,7 +30,9 @@ void GemmRunner::set_fp8_scales(CublasLtPlan& p, const float* x_scales, const fl
 // The same column-major reading with e4m3 operands and cuBLASLt's block-scaling modes (CUDA 12.9+,
 // Hopper): 128x128 blocks on A (the weight), 128-wide vectors along K on B (the activations). The
 // weight's scales are read as stored ([N/128, K/128]); the activations' token-contiguous (measured:
-// the other layouts give wrong products).
+// the other layouts give wrong products). The heuristic's first choice is its only one for these
+// modes (CUDA 13.0, V3's shapes at 1024 and 4096 tokens: docs/benchmarks.md, twenty-eighth session),
+// so there is nothing to tune among.
 CublasLtPlan& GemmRunner::fp8_plan(const Key& key, const float* x_scales, const float* w_scales) {
   auto it = fp8_plans_.find(key);
   if (it != fp8_plans_.end()) return *it->second;

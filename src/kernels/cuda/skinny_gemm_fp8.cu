@@ -17,6 +17,12 @@
 //
 // With x quantized already (QX), a thread loads those 16 bytes of its tokens' rows as they are,
 // and the scales of its C columns' tokens.
+//
+// Measured and dropped (docs/benchmarks.md): weights through a shared-memory ring, by cp.async
+// (sixteenth and twenty-sixth sessions) or by TMA boxes and bulk copies with a producer warp
+// (twenty-eighth); more K-blocks in flight in registers; L2 prefetches ahead in the loop or of the
+// CTA's whole slice. None beat this form; the short shapes (q_a, q_b) are held by the launch, the
+// first loads' latency and the tail, not by the bytes in flight.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
