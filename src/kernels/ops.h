@@ -262,6 +262,8 @@ class Backend {
   // Rearranges the weights of experts [0, count) into the layout this backend's moe_experts reads
   // fastest (the CUDA backend: FP8 ones block by block, LinearWeight::tiled). Only moe_experts
   // reads them afterwards; the model leaves out the shared chunks, which also run as dense MLPs.
+  // A list this backend's expert kernels cannot run in FP8 (the CUDA backend: a ragged block) is
+  // made BF16 whole, the chunks too.
   virtual void pack_moe_experts(std::vector<GatedMlpWeights>& experts, size_t count) {}
   // The most experts one moe_experts call takes: the model fuses the shared experts into the
   // routed ones only where routed + shared fit.

@@ -23,20 +23,6 @@ void move(GatedMlpWeights& m, Backend& b) {
   move(m.gate_up, b);
 }
 
-// The grouped expert kernels stream whole FP8 blocks: a routed expert whose last block of rows is
-// ragged (a tiny model's) runs dequantized, its gate, up and down alike.
-void move_expert(GatedMlpWeights& m, Backend& b) {
-  const auto ragged = [](const LinearWeight& w) { return w.is_fp8_block() && w.out_features() % w.block_n != 0; };
-  if (ragged(m.gate) || ragged(m.up) || ragged(m.down))
-    for (LinearWeight* w : {&m.gate, &m.up, &m.down}) {
-      if (!w->is_fp8_block()) continue;
-      const Tensor plain = dequantize(on_host(*w, b));
-      *w = LinearWeight{};
-      w->weight = plain;
-    }
-  move(m, b);
-}
-
 void move(LayerWeights& l, Backend& b) {
   move(l.input_norm, b);
   move(l.post_attention_norm, b);
@@ -48,7 +34,7 @@ void move(LayerWeights& l, Backend& b) {
   if (l.is_moe) {
     move(l.moe.router, b);
     move(l.moe.correction_bias, b);
-    for (auto& e : l.moe.experts) move_expert(e, b);
+    for (auto& e : l.moe.experts) move(e, b);
     if (l.moe.has_shared) move(l.moe.shared, b);
   } else {
     move(l.mlp, b);

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -433,6 +434,33 @@ TEST_F(Moe, Fp8PackedExpertsAreTiledBlocksAndMixesAreRefused) {
   gpu.moe_experts(x, ids_d, w_d, packed, out);  // a tiled prefix is what the kernels take
   Tensor y = gpu.empty(DType::BF16, {2, I});
   EXPECT_THROW(gpu.linear(x, packed[0].gate, y), Error);
+}
+
+// FP8 experts with a ragged block (a tiny model's 192-wide experts) are made BF16 whole by packing,
+// the unpacked last one too: the same bits as the experts dequantized on the host.
+TEST_F(Moe, Fp8ExpertsWithARaggedBlockArePackedAsBf16) {
+  const int64_t E = 3, H = 256, I = 192, T = 5, k = 2;
+  std::vector<GatedMlpWeights> packed, plain;
+  auto make = [&](int64_t n, int64_t kk, uint64_t s) { return quantize_fp8_blocks(random_f32({n, kk}, s), 128, 128); };
+  for (int64_t e = 0; e < E; ++e) {
+    GatedMlpWeights h{make(I, H, 10 * e + 1), make(I, H, 10 * e + 2), make(H, I, 10 * e + 3)};
+    packed.push_back({gpu.to_backend(h.gate), gpu.to_backend(h.up), gpu.to_backend(h.down)});
+    plain.push_back({{gpu.to_backend(dequantize(h.gate)), {}}, {gpu.to_backend(dequantize(h.up)), {}},
+                     {gpu.to_backend(dequantize(h.down)), {}}});
+  }
+  ASSERT_TRUE(packed[0].gate.is_fp8_block()) << "a ragged block of rows stays FP8 in to_backend";
+  gpu.pack_moe_experts(packed, E - 1);
+  for (const GatedMlpWeights& m : packed)
+    for (const LinearWeight* w : {&m.gate, &m.up, &m.down})
+      EXPECT_TRUE(!w->is_fp8_block() && !w->tiled && w->weight.dtype() == DType::BF16);
+  Tensor ids = Tensor::empty(DType::I32, {T, k}), w = Tensor::empty(DType::F32, {T, k});
+  for (int i = 0; i < T * k; ++i) ids.data<int32_t>()[i] = i % E, w.data<float>()[i] = 0.25f + 0.1f * float(i % 3);
+  Tensor x = dev_bf16(random_f32({T, H}, 7)), ids_d = gpu.to_device(ids), w_d = gpu.to_device(w);
+  Tensor got = gpu.empty(DType::BF16, {T, H}), want = gpu.empty(DType::BF16, {T, H});
+  gpu.moe_experts(x, ids_d, w_d, packed, got);
+  gpu.moe_experts(x, ids_d, w_d, plain, want);
+  Tensor g = gpu.to_host(got), wt = gpu.to_host(want);
+  EXPECT_EQ(std::memcmp(g.raw(), wt.raw(), g.nbytes()), 0);
 }
 
 // A launch a product cannot take is refused with its reason, not run.

@@ -31,6 +31,33 @@ void check_expert_weight(const LinearWeight& w, bool fp8, int64_t rows, int64_t 
             w.scale_inv.defined() ? w.scale_inv.describe() : "none");
 }
 
+// The grouped FP8 expert kernels stream whole 128 x 128 blocks, and moe_experts takes one dtype
+// for all experts: a list with FP8 weights is kept FP8 only if every gate, up and down is FP8 in
+// such blocks (a tiny model's ragged last block of rows, or a K that to_backend already
+// dequantized, rule it out).
+bool fp8_experts_whole(const std::vector<GatedMlpWeights>& experts) {
+  for (const GatedMlpWeights& m : experts)
+    for (const LinearWeight* w : {&m.gate, &m.up, &m.down})
+      if (!w->is_fp8_block() || w->block_n != 128 || w->block_k != 128 || w->out_features() % 128 != 0 ||
+          w->in_features() % 128 != 0)
+        return false;
+  return true;
+}
+
+// Every FP8 expert weight in BF16, through the host (once, at load).
+void dequantize_fp8_experts(std::vector<GatedMlpWeights>& experts, CudaBackend& b) {
+  for (GatedMlpWeights& m : experts)
+    for (LinearWeight* w : {&m.gate, &m.up, &m.down}) {
+      if (!w->is_fp8_block()) continue;
+      LinearWeight host = *w;
+      host.weight = b.to_host(w->weight);
+      host.scale_inv = b.to_host(w->scale_inv);
+      host.pad_rows = 0;
+      *w = LinearWeight{};
+      w->weight = b.to_backend(dequantize(host));
+    }
+}
+
 // The routing's launch parameters, after checking the tensors against it.
 MoeRouteParams route_params(const Tensor& logits, const Tensor& bias, const MoeRouting& r, Tensor& ids,
                             Tensor& weights) {
@@ -125,13 +152,16 @@ int64_t CudaBackend::max_moe_experts() const { return kMoeMaxExperts; }
 
 void CudaBackend::pack_moe_experts(std::vector<GatedMlpWeights>& experts, size_t count) {
   MLA_CHECK(count <= experts.size(), "pack_moe_experts: {} of {} experts", count, experts.size());
+  if (!fp8_experts_whole(experts)) {
+    dequantize_fp8_experts(experts, *this);
+    return;
+  }
   for (size_t e = 0; e < count; ++e)
     for (LinearWeight* w : {&experts[e].gate, &experts[e].up, &experts[e].down}) {
       // What the FP8 expert kernels take; anything else stays as it is (and moe_experts judges it).
       const Tensor& t = w->weight;
-      if (!w->is_fp8_block() || w->tiled || w->block_n != 128 || w->block_k != 128 || !t.defined() ||
-          t.device() != Device::CUDA || t.dtype() != DType::F8_E4M3 || t.ndim() != 2 || !t.is_contiguous() ||
-          t.size(0) % 128 != 0 || t.size(1) % 128 != 0)
+      if (!w->is_fp8_block() || w->tiled || !t.defined() || t.device() != Device::CUDA ||
+          t.dtype() != DType::F8_E4M3 || t.ndim() != 2 || !t.is_contiguous())
         continue;
       Tensor tiled = empty(DType::F8_E4M3, t.shape());
       launch_moe_fp8_tile_weights(t.raw(), t.size(0), t.size(1), tiled.raw(), stream_);
