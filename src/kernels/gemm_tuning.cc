@@ -16,6 +16,7 @@ nlohmann::json choice_json(const Fp8GemmChoice& c) {
   nlohmann::json j;
   if (c.kernel == Fp8GemmChoice::Kernel::Skinny) {
     j = {{"kernel", "skinny"}, {"row_tiles", c.row_tiles}, {"splits", c.splits}, {"k_warps", c.k_warps}};
+    if (c.depth) j["depth"] = c.depth;
   } else {
     j = {{"kernel", "cublaslt"}};
   }
@@ -42,6 +43,11 @@ Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where
       c.k_warps = j["k_warps"];
       MLA_CHECK(c.k_warps == 1 || c.k_warps == 2 || c.k_warps == 4 || c.k_warps == 8,
                 "{}: k_warps {} is not 1, 2, 4 or 8", where, c.k_warps);
+    }
+    if (j.contains("depth")) {
+      MLA_CHECK(j["depth"].is_number_integer(), "{}: \"depth\" must be an integer", where);
+      c.depth = j["depth"];
+      MLA_CHECK(c.depth == 0 || (c.depth >= 2 && c.depth <= 4), "{}: depth {} is not 0, 2, 3 or 4", where, c.depth);
     }
   } else {
     MLA_CHECK(kernel == "cublaslt", "{}: unknown kernel \"{}\" (skinny or cublaslt)", where, kernel);

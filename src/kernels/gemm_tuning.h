@@ -3,7 +3,8 @@
 // fp8_gemm_<device>.json). A backend loads the file of its device at start; shapes or token counts
 // it lacks get the backend's defaults. The file:
 //   {"device": "NVIDIA H200", "kernel": "fp8_w8a8_block128",
-//    "shapes": {"N=24576,K=1536": {"1": {"kernel": "skinny", "row_tiles": 4, "splits": 1, "k_warps": 4},
+//    "shapes": {"N=24576,K=1536": {"1": {"kernel": "skinny", "row_tiles": 1, "splits": 1, "k_warps": 1,
+//                                        "depth": 4},
 //                                  "16": {"kernel": "cublaslt"}, ...}, ...}}
 #pragma once
 
@@ -25,8 +26,10 @@ struct Fp8GemmChoice {
   int row_tiles = 0, splits = 0;  // the skinny kernel's launch (cuda/skinny_gemm_fp8.h)
   double ms = 0;                  // what the tuner measured (0: not measured)
   int k_warps = 8;                // the skinny launch's warps on K (files without it: 8)
+  int depth = 0;                  // the skinny launch's form: 0 x in registers, 2-4 x staged (files without it: 0)
   bool operator==(const Fp8GemmChoice& o) const {
-    return kernel == o.kernel && row_tiles == o.row_tiles && splits == o.splits && k_warps == o.k_warps;
+    return kernel == o.kernel && row_tiles == o.row_tiles && splits == o.splits && k_warps == o.k_warps &&
+           depth == o.depth;
   }
 };
 

@@ -2,6 +2,8 @@
 // block-scaled GEMM (same e4m3 inputs and scales, fp32 accumulation), and the whole apply_linear.
 #include "gpu_test_util.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <vector>
 
@@ -170,16 +172,26 @@ TEST_F(Fp8Linear, SkinnyKernelMatchesTheReferenceInEveryLaunch) {
       for (int k_warps : {8, 4, 2, 1})
         for (int row_tiles : {1, 2, 4})
           for (int splits : {1, 2, 4, 8}) {
-            const cuda::SkinnyFp8Config c{row_tiles, splits, k_warps};
-            if (!cuda::skinny_gemm_fp8_valid(c, sh.K) || (k_warps < 8 && splits > 2)) continue;
+            if (!cuda::skinny_gemm_fp8_valid({row_tiles, splits, k_warps}, sh.K) || (k_warps < 8 && splits > 2))
+              continue;
             for (DType out_dt : {DType::F32, DType::BF16}) {
-              Tensor out = poisoned(gpu, out_dt, {T, sh.N});
-              gpu.linear_w8a8_skinny(xd, wd, out, c);
-              const double err = rel_l2(gpu.to_host(out), want);
-              worst = std::max(worst, err);
-              EXPECT_LE(err, out_dt == DType::F32 ? 1e-3 : kBf16Tolerance)
-                  << "N=" << sh.N << " K=" << sh.K << " T=" << T << " " << cuda::to_string(c) << " "
-                  << dtype_name(out_dt);
+              Tensor register_form;  // depth 0's output, which the staged form must give bit for bit
+              for (int depth : {0, 2, 3, 4}) {
+                const cuda::SkinnyFp8Config c{row_tiles, splits, k_warps, depth};
+                if (!cuda::skinny_gemm_fp8_valid(c, sh.K) ||
+                    (depth && !cuda::skinny_gemm_fp8_staged_fits(T, sh.K, c)))
+                  continue;
+                Tensor out = poisoned(gpu, out_dt, {T, sh.N});
+                gpu.linear_w8a8_skinny(xd, wd, out, c);
+                Tensor got = gpu.to_host(out);
+                const double err = rel_l2(got, want);
+                worst = std::max(worst, err);
+                const std::string where = fmt::format("N={} K={} T={} {} {}", sh.N, sh.K, T, cuda::to_string(c),
+                                                      dtype_name(out_dt));
+                EXPECT_LE(err, out_dt == DType::F32 ? 1e-3 : kBf16Tolerance) << where;
+                if (depth == 0) register_form = got;
+                else EXPECT_EQ(std::memcmp(got.raw(), register_form.raw(), got.nbytes()), 0) << where;
+              }
             }
           }
     }
@@ -268,13 +280,16 @@ TEST_F(Fp8Linear, QuantizedInputsMatchTheReference) {
         for (int k_warps : {8, 2})
           for (int row_tiles : {1, 2, 4})
             for (int splits : {1, 2}) {
-              const cuda::SkinnyFp8Config c{row_tiles, splits, k_warps};
-              if (!cuda::skinny_gemm_fp8_valid(c, K)) continue;
-              Tensor o32 = poisoned(gpu, DType::F32, {T, N});
-              gpu.linear_fp8_w8a8_skinny(f.q, f.scales, wd, o32, c);
-              err = rel_l2(gpu.to_host(o32), want);
-              worst = std::max(worst, err);
-              EXPECT_LE(err, 1e-3) << cuda::to_string(c);
+              for (int depth : {0, 2, 3}) {
+                const cuda::SkinnyFp8Config c{row_tiles, splits, k_warps, depth};
+                if (!cuda::skinny_gemm_fp8_valid(c, K) || (depth && !cuda::skinny_gemm_fp8_staged_fits(T, K, c)))
+                  continue;
+                Tensor o32 = poisoned(gpu, DType::F32, {T, N});
+                gpu.linear_fp8_w8a8_skinny(f.q, f.scales, wd, o32, c);
+                err = rel_l2(gpu.to_host(o32), want);
+                worst = std::max(worst, err);
+                EXPECT_LE(err, 1e-3) << cuda::to_string(c);
+              }
             }
       }
     }

@@ -14,8 +14,8 @@
 namespace mlaserve {
 namespace {
 
-Fp8GemmChoice skinny(int row_tiles, int splits, int k_warps = 8) {
-  return {Fp8GemmChoice::Kernel::Skinny, row_tiles, splits, 0.01, k_warps};
+Fp8GemmChoice skinny(int row_tiles, int splits, int k_warps = 8, int depth = 0) {
+  return {Fp8GemmChoice::Kernel::Skinny, row_tiles, splits, 0.01, k_warps, depth};
 }
 const Fp8GemmChoice kCublaslt{Fp8GemmChoice::Kernel::Cublaslt, 0, 0, 0.02};
 
@@ -47,7 +47,7 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   testing::TempDir dir("tuning");
   Fp8GemmTuning t;
   t.set_device("NVIDIA H200");
-  t.set(24576, 1536, 1, skinny(4, 1));
+  t.set(24576, 1536, 1, skinny(1, 1, 1, 4));
   t.set(24576, 1536, 4, skinny(2, 1, 2));
   t.set(24576, 1536, 16, kCublaslt);
   const std::string path = dir.file(Fp8GemmTuning::file_name(t.device()));
@@ -57,11 +57,11 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   Fp8GemmTuning back = Fp8GemmTuning::load(path);
   EXPECT_EQ(back.device(), "NVIDIA H200");
   EXPECT_EQ(back.shapes(), 1u);
-  EXPECT_EQ(back.find(24576, 1536, 1), skinny(4, 1));
+  EXPECT_EQ(back.find(24576, 1536, 1), skinny(1, 1, 1, 4));
   EXPECT_EQ(back.find(24576, 1536, 4), skinny(2, 1, 2));
   EXPECT_EQ(back.find(24576, 1536, 16), kCublaslt);
   EXPECT_EQ(back.to_json(), t.to_json());
-  // Files written before the launches had k_warps: all 8 warps on K.
+  // Files written before the launches had k_warps: all 8 warps on K; before depth: x in registers.
   const auto old = Fp8GemmTuning::from_json(
       nlohmann::json::parse(R"({"kernel": "fp8_w8a8_block128", "shapes": {"N=128,K=1024": {"1": )"
                             R"({"kernel": "skinny", "row_tiles": 2, "splits": 1}}}})"),
@@ -86,6 +86,10 @@ TEST(Fp8GemmTuning, BadFilesGetErrorsNamingTheFault) {
   EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "skinny", "row_tiles": 2, "splits": 1, )"
                           R"("k_warps": 3}}}})").c_str())
                 .find("k_warps 3"),
+            std::string::npos);
+  EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "skinny", "row_tiles": 2, "splits": 1, )"
+                          R"("depth": 1}}}})").c_str())
+                .find("depth 1"),
             std::string::npos);
   EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "skinny"}}}})").c_str()).find("needs integer"),
             std::string::npos);

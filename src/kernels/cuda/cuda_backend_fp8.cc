@@ -251,8 +251,10 @@ std::optional<SkinnyFp8Config> CudaBackend::skinny_fp8_choice(const SkinnyFp8Pro
   if (p.T > kSkinnyFp8MaxRows || !skinny_gemm_fp8_fits(p)) return std::nullopt;
   if (std::optional<Fp8GemmChoice> tuned = fp8_tuning_.find(p.N, p.K, p.T)) {
     if (tuned->kernel == Fp8GemmChoice::Kernel::Cublaslt) return std::nullopt;
-    SkinnyFp8Config c{tuned->row_tiles, tuned->splits, tuned->k_warps};
-    if (skinny_gemm_fp8_valid(c, p.K) && skinny_gemm_fp8_blocks(p, c) <= kSkinnyCounters) return c;
+    SkinnyFp8Config c{tuned->row_tiles, tuned->splits, tuned->k_warps, tuned->depth};
+    if (skinny_gemm_fp8_valid(c, p.K) && skinny_gemm_fp8_blocks(p, c) <= kSkinnyCounters &&
+        (c.depth == 0 || skinny_gemm_fp8_staged_fits(p.T, p.K, c)))
+      return c;
   }
   if (p.T > kSkinnyFp8DefaultMaxRows) return std::nullopt;
   return skinny_gemm_fp8_default(p.N, p.K, p.T, 1, num_sms_);

@@ -92,25 +92,27 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
       if (T <= kSkinnyFp8MaxRows && skinny_gemm_fp8_fits(p)) {
         for (int k_warps : {8, 4, 2, 1})
           for (int row_tiles : {1, 2, 4})
-            for (int splits : {1, 2, 4, 8}) {
-              const SkinnyFp8Config c{row_tiles, splits, k_warps};
-              // Fewer than 8 warps on K only for short K (under 4 blocks a warp): long K keeps all 8
-              // streaming.
-              if (k_warps < 8 && K / 128 >= 4 * 8) continue;
-              if (!skinny_gemm_fp8_valid(c, K) || (splits > 1 && skinny_gemm_fp8_blocks(p, c) > kSkinnyCounters))
-                continue;
-              linear_w8a8_skinny(x, ws[0], got, c);
-              const double err = rel_l2(to_host(got), want);
-              if (!(err <= kAgreement)) {
-                progress(fmt::format("N={} K={} T={}: skinny {} differs from cuBLASLt by {:.2e}: skipped", N, K, T,
-                                     to_string(c), err));
-                continue;
+            for (int splits : {1, 2, 4, 8})
+              for (int depth : {0, 2, 3, 4}) {
+                const SkinnyFp8Config c{row_tiles, splits, k_warps, depth};
+                // With x in registers, fewer than 8 warps on K only for short K (under 4 blocks a
+                // warp): long K keeps all 8 streaming. Staged, 4 or 2 warps on K won on long K too.
+                if (depth == 0 && k_warps < 8 && K / 128 >= 4 * 8) continue;
+                if (!skinny_gemm_fp8_valid(c, K) || (splits > 1 && skinny_gemm_fp8_blocks(p, c) > kSkinnyCounters) ||
+                    (depth && !skinny_gemm_fp8_staged_fits(T, K, c)))
+                  continue;
+                linear_w8a8_skinny(x, ws[0], got, c);
+                const double err = rel_l2(to_host(got), want);
+                if (!(err <= kAgreement)) {
+                  progress(fmt::format("N={} K={} T={}: skinny {} differs from cuBLASLt by {:.2e}: skipped", N, K,
+                                       T, to_string(c), err));
+                  continue;
+                }
+                const double ms =
+                    median_ms(stream_, [&](int i) { linear_w8a8_skinny(x, ws[size_t(i % copies)], got, c); });
+                progress(fmt::format("N={} K={} T={}: skinny {} {:.4f} ms", N, K, T, to_string(c), ms));
+                if (ms < best.ms) best = {Fp8GemmChoice::Kernel::Skinny, row_tiles, splits, ms, k_warps, depth};
               }
-              const double ms =
-                  median_ms(stream_, [&](int i) { linear_w8a8_skinny(x, ws[size_t(i % copies)], got, c); });
-              progress(fmt::format("N={} K={} T={}: skinny {} {:.4f} ms", N, K, T, to_string(c), ms));
-              if (ms < best.ms) best = {Fp8GemmChoice::Kernel::Skinny, row_tiles, splits, ms, k_warps};
-            }
       }
       out.set(N, K, T, best);
     }

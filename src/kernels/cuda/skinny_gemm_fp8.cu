@@ -18,53 +18,33 @@
 // With x quantized already (QX), a thread loads those 16 bytes of its tokens' rows as they are,
 // and the scales of its C columns' tokens.
 //
+// This is the form with x in the loop (`depth` 0), the only one past 8 tokens. The staged form
+// (skinny_gemm_fp8_staged.cu) keeps x in shared memory and more weight bytes in flight; the tuned
+// table picks between them per shape and token count.
+//
 // Measured and dropped (docs/benchmarks.md): weights through a shared-memory ring, by cp.async
 // (sixteenth and twenty-sixth sessions) or by TMA boxes and bulk copies with a producer warp
-// (twenty-eighth); more K-blocks in flight in registers; L2 prefetches ahead in the loop or of the
-// CTA's whole slice. None beat this form; the short shapes (q_a, q_b) are held by the launch, the
-// first loads' latency and the tail, not by the bytes in flight.
+// (twenty-eighth); L2 prefetches ahead in the loop or of the CTA's whole slice.
+
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
 #include <type_traits>
 
-#include "common/dtype.h"
 #include "common/error.h"
 #include "kernels/cuda/alignment.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/read_once.cuh"
-#include "kernels/cuda/skinny_common.cuh"
-#include "kernels/cuda/skinny_gemm_fp8.h"
+#include "kernels/cuda/skinny_fp8_common.cuh"
 
 namespace mlaserve::cuda {
 
+using namespace skinny_fp8;
+
 namespace {
-
-using bf16 = __nv_bfloat16;
-
-constexpr int kWarps = 8, kBlockK = 128;
-
-// x / s from the reciprocal r = 1 / s, corrected once by the product's residual: the IEEE quotient
-// but for rare last-bit cases, far below the e4m3 rounding that follows. IEEE division cost most
-// of this kernel's time, and zero values (tokens past T) took its slow path in every lane.
-__device__ __forceinline__ float divide(float x, float s, float r) {
-  const float q = x * r;
-  return fmaf(fmaf(-q, s, x), r, q);
-}
-
-// Two BF16 values (low half first) over the scale, as two e4m3 codes in the low 16 bits.
-__device__ __forceinline__ uint32_t quantize_pair(uint32_t two, float s, float r) {
-  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&two));
-  return __nv_cvt_float2_to_fp8x2(make_float2(divide(f.x, s, r), divide(f.y, s, r)), __NV_SATFINITE, __NV_E4M3);
-}
-
-__device__ __forceinline__ float abs_max_pair(float m, uint32_t two) {
-  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&two));
-  return fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
-}
 
 // RT: 16-row tiles a warp; NT: 8-token tiles (a CTA's tokens <= 8 NT); WK: warps on K (8 / WK on
 // rows); QX: x is e4m3 with scales xs (else BF16). Grid: x = row block * token tiles + token tile,
@@ -78,12 +58,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   using XT = std::conditional_t<QX, uint8_t, bf16>;
   const XT* x = static_cast<const XT*>(x_raw);
   constexpr int WR = kWarps / WK;
-  constexpr int kEntries = RT * NT * 4;        // accumulators a thread
-  constexpr int kPairs = kEntries * 32;        // (entry, lane) sums of one warp's rows
-  constexpr int kOut = WR * kPairs;            // sums a CTA reduces
-  constexpr int kPerThread = (kOut + kWarps * 32 - 1) / (kWarps * 32);
+  constexpr int kPairs = RT * NT * 4 * 32;  // (accumulator, lane) sums of one warp's rows
   __shared__ float red[kWarps][kPairs];
-  __shared__ bool last;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int wr = warp / WK, wk = warp % WK;
   // The CTA's token tile and rows (recomputed for the epilogue rather than kept in registers).
@@ -235,65 +211,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     cur = next;
   }
 
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) red[warp][((rt * NT + j) * 4 + i) * 32 + lane] = acc[rt][j][i];
-  __syncthreads();
-  // Sum f of the CTA is output (token f / kRows, row f % kRows): consecutive threads take
-  // consecutive rows of a token, so the stores below coalesce. Its accumulator: row r = q * 16 RT +
-  // rt * 16 + g' + 8 (i >= 2) of warp row group q, token 8 j + 2 t4' + (i & 1), in entry
-  // (rt, j, i) of lane (g', t4'); added over the group's WK warps.
-  constexpr int kRows = 16 * RT * WR;
-  float sum[kPerThread];
-#pragma unroll
-  for (int m = 0; m < kPerThread; ++m) {
-    const int f = threadIdx.x + m * kWarps * 32;
-    sum[m] = 0.f;
-    if (f >= kOut) continue;
-    const int t = f / kRows, r = f % kRows, q = r / (16 * RT), rt = (r / 16) % RT, rr = r % 16;
-    const int i = (rr >= 8 ? 2 : 0) + (t & 1), e = (rt * NT + t / 8) * 4 + i, ln = (rr % 8) * 4 + (t % 8) / 2;
-#pragma unroll
-    for (int v = 0; v < WK; ++v) sum[m] += red[q * WK + v][e * 32 + ln];
-  }
-  if (gridDim.y > 1) {
-    // Partials: [CTA][split][kOut]. Publish ours, then count; the last CTA adds all in order.
-    const int64_t cta = int64_t(blockIdx.z) * gridDim.x + blockIdx.x;
-    float* part = split.partials + cta * gridDim.y * kOut;
-#pragma unroll
-    for (int m = 0; m < kPerThread; ++m) {
-      const int f = threadIdx.x + m * kWarps * 32;
-      if (f < kOut) part[int64_t(z) * kOut + f] = sum[m];
-    }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = skinny::arrive_last(split.counters + cta, int(gridDim.y));
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-#pragma unroll
-    for (int m = 0; m < kPerThread; ++m) {
-      const int f = threadIdx.x + m * kWarps * 32;
-      if (f >= kOut) continue;
-      sum[m] = 0.f;
-      for (int v = 0; v < int(gridDim.y); ++v) sum[m] += __ldcg(part + int64_t(v) * kOut + f);
-    }
-  }
-  const int64_t out_offset = blockIdx.z * out_batch + int64_t(token_tile()) * 8 * NT * ldo;
-  const int cta_n0 = cta_row0();
-#pragma unroll
-  for (int m = 0; m < kPerThread; ++m) {
-    const int f = threadIdx.x + m * kWarps * 32;
-    const int t = f / kRows, row = cta_n0 + f % kRows;
-    if (f >= kOut || row >= N || t >= T) continue;
-    const int64_t o = out_offset + int64_t(t) * ldo + row;
-    if (out_f32)
-      static_cast<float*>(out)[o] = sum[m];
-    else
-      static_cast<bf16*>(out)[o] = __float2bfloat16(sum[m]);
-  }
+  reduce_and_store<RT, NT, WK>(acc, &red[0][0], T, token_tile(), cta_row0(), N, out, ldo, out_f32, out_batch, split);
 }
 
 int64_t token_tiles(int64_t T) { return T <= 8 ? 1 : (T + 15) / 16; }
@@ -332,15 +250,11 @@ void launch_rows(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t ro
   }
 }
 
-int64_t row_blocks(int64_t N, const SkinnyFp8Config& c) {
-  const int64_t rows = 16 * c.row_tiles * (kWarps / c.k_warps);
-  return (N + rows - 1) / rows;
-}
-
 }  // namespace
 
 std::string to_string(const SkinnyFp8Config& c) {
-  return fmt::format("row_tiles={} splits={} k_warps={}", c.row_tiles, c.splits, c.k_warps);
+  return c.depth ? fmt::format("row_tiles={} splits={} k_warps={} depth={}", c.row_tiles, c.splits, c.k_warps, c.depth)
+                 : fmt::format("row_tiles={} splits={} k_warps={}", c.row_tiles, c.splits, c.k_warps);
 }
 
 bool skinny_gemm_fp8_fits(const SkinnyFp8Problem& p) {
@@ -356,7 +270,8 @@ bool skinny_gemm_fp8_fits(const SkinnyFp8Problem& p) {
 bool skinny_gemm_fp8_valid(const SkinnyFp8Config& c, int64_t K) {
   return (c.row_tiles == 1 || c.row_tiles == 2 || c.row_tiles == 4) &&
          (c.k_warps == 1 || c.k_warps == 2 || c.k_warps == 4 || c.k_warps == 8) && c.splits >= 1 &&
-         c.splits <= kSkinnyGemmMaxSplits && c.splits <= K / kBlockK;
+         c.splits <= kSkinnyGemmMaxSplits && c.splits <= K / kBlockK &&
+         (c.depth == 0 || (c.row_tiles < 4 && c.depth >= 2 && c.depth <= 4) || (c.row_tiles == 4 && c.depth == 2));
 }
 
 SkinnyFp8Config skinny_gemm_fp8_default(int64_t N, int64_t K, int64_t T, int64_t batch, int num_sms) {
@@ -395,6 +310,10 @@ void launch_skinny_gemm_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c,
   MLA_CHECK(c.splits == 1 || (split.partials && split.counters),
             "skinny FP8 GEMM: split-K needs partials and counters");
   const int64_t rb = row_blocks(p.N, c);
+  if (c.depth) {
+    launch_staged(p, c, rb, split, stream);
+    return;
+  }
   switch (c.k_warps) {
     case 1: launch_rows<1>(p, c, rb, split, stream); break;
     case 2: launch_rows<2>(p, c, rb, split, stream); break;

@@ -1,0 +1,123 @@
+// What the two forms of the skinny FP8 GEMM (skinny_gemm_fp8.cu: x read in the loop;
+// skinny_gemm_fp8_staged.cu: x staged in shared memory) share: the per-token-group quantization of
+// x as fp8_quant.cu does it, and the CTA's reduction and store.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "kernels/cuda/skinny_common.cuh"
+#include "kernels/cuda/skinny_gemm_fp8.h"
+
+namespace mlaserve::cuda::skinny_fp8 {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarps = 8, kBlockK = 128;
+
+// x / s from the reciprocal r = 1 / s, corrected once by the product's residual: the IEEE quotient
+// but for rare last-bit cases, far below the e4m3 rounding that follows. IEEE division cost most
+// of this kernel's time, and zero values (tokens past T) took its slow path in every lane.
+__device__ __forceinline__ float divide(float x, float s, float r) {
+  const float q = x * r;
+  return fmaf(fmaf(-q, s, x), r, q);
+}
+
+// Two BF16 values (low half first) over the scale, as two e4m3 codes in the low 16 bits.
+__device__ __forceinline__ uint32_t quantize_pair(uint32_t two, float s, float r) {
+  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&two));
+  return __nv_cvt_float2_to_fp8x2(make_float2(divide(f.x, s, r), divide(f.y, s, r)), __NV_SATFINITE, __NV_E4M3);
+}
+
+__device__ __forceinline__ float abs_max_pair(float m, uint32_t two) {
+  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&two));
+  return fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+}
+
+// The CTA's sums: each warp's accumulators through shared memory (red, [kWarps][kPairs]), added
+// over a row group's WK warps; with split K the partials published and the last CTA of the rows
+// adding them in order; then BF16 or F32 out.
+template <int RT, int NT, int WK>
+__device__ __forceinline__ void reduce_and_store(const float (&acc)[RT][NT][4], float* red, int T, int token_tile,
+                                                 int cta_n0, int N, void* out, int64_t ldo, bool out_f32,
+                                                 int64_t out_batch, SkinnySplit split) {
+  constexpr int WR = kWarps / WK;
+  constexpr int kPairs = RT * NT * 4 * 32;
+  constexpr int kOut = WR * kPairs;
+  constexpr int kPerThread = (kOut + kWarps * 32 - 1) / (kWarps * 32);
+  __shared__ bool last;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, z = blockIdx.y;
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[warp * kPairs + ((rt * NT + j) * 4 + i) * 32 + lane] = acc[rt][j][i];
+  __syncthreads();
+  // Sum f of the CTA is output (token f / kRows, row f % kRows): consecutive threads take
+  // consecutive rows of a token, so the stores below coalesce. Its accumulator: row r = q * 16 RT +
+  // rt * 16 + g' + 8 (i >= 2) of warp row group q, token 8 j + 2 t4' + (i & 1), in entry
+  // (rt, j, i) of lane (g', t4'); added over the group's WK warps.
+  constexpr int kRows = 16 * RT * WR;
+  float sum[kPerThread];
+#pragma unroll
+  for (int m = 0; m < kPerThread; ++m) {
+    const int f = threadIdx.x + m * kWarps * 32;
+    sum[m] = 0.f;
+    if (f >= kOut) continue;
+    const int t = f / kRows, r = f % kRows, q = r / (16 * RT), rt = (r / 16) % RT, rr = r % 16;
+    const int i = (rr >= 8 ? 2 : 0) + (t & 1), e = (rt * NT + t / 8) * 4 + i, ln = (rr % 8) * 4 + (t % 8) / 2;
+#pragma unroll
+    for (int v = 0; v < WK; ++v) sum[m] += red[(q * WK + v) * kPairs + e * 32 + ln];
+  }
+  if (gridDim.y > 1) {
+    // Partials: [CTA][split][kOut]. Publish ours, then count; the last CTA adds all in order.
+    const int64_t cta = int64_t(blockIdx.z) * gridDim.x + blockIdx.x;
+    float* part = split.partials + cta * gridDim.y * kOut;
+#pragma unroll
+    for (int m = 0; m < kPerThread; ++m) {
+      const int f = threadIdx.x + m * kWarps * 32;
+      if (f < kOut) part[int64_t(z) * kOut + f] = sum[m];
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = skinny::arrive_last(split.counters + cta, int(gridDim.y));
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+#pragma unroll
+    for (int m = 0; m < kPerThread; ++m) {
+      const int f = threadIdx.x + m * kWarps * 32;
+      if (f >= kOut) continue;
+      sum[m] = 0.f;
+      for (int v = 0; v < int(gridDim.y); ++v) sum[m] += __ldcg(part + int64_t(v) * kOut + f);
+    }
+  }
+  const int64_t out_offset = blockIdx.z * out_batch + int64_t(token_tile) * 8 * NT * ldo;
+#pragma unroll
+  for (int m = 0; m < kPerThread; ++m) {
+    const int f = threadIdx.x + m * kWarps * 32;
+    const int t = f / kRows, row = cta_n0 + f % kRows;
+    if (f >= kOut || row >= N || t >= T) continue;
+    const int64_t o = out_offset + int64_t(t) * ldo + row;
+    if (out_f32)
+      static_cast<float*>(out)[o] = sum[m];
+    else
+      static_cast<bf16*>(out)[o] = __float2bfloat16(sum[m]);
+  }
+}
+
+// Rows a CTA takes.
+inline int64_t row_blocks(int64_t N, const SkinnyFp8Config& c) {
+  const int64_t rows = 16 * c.row_tiles * (kWarps / c.k_warps);
+  return (N + rows - 1) / rows;
+}
+
+// The staged form's launch (skinny_gemm_fp8_staged.cu), for launch_skinny_gemm_fp8.
+void launch_staged(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t row_blocks, SkinnySplit split,
+                   cudaStream_t stream);
+
+}  // namespace mlaserve::cuda::skinny_fp8

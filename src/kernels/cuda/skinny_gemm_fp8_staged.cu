@@ -1,0 +1,247 @@
+// The staged form of the skinny FP8 GEMM (skinny_gemm_fp8.h, `depth` > 0): up to 8 tokens, x
+// quantized into shared memory once a CTA, each warp's weights through a ring of `depth` K-blocks
+// of registers. The fragment order and the sums are skinny_gemm_fp8.cu's, so a launch gives the
+// bits of the register form's launch of the same rows, splits and warps.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "common/error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/mma_primitives.cuh"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/read_once.cuh"
+#include "kernels/cuda/skinny_fp8_common.cuh"
+
+namespace mlaserve::cuda {
+
+using namespace skinny_fp8;
+
+namespace {
+
+// Bytes of shared memory the staged kernel takes for T tokens over a K range of kb K-blocks: the
+// codes in rows kb * 128 + 16 apart (the 16 put the 8 tokens' rows in different banks), then the
+// scales.
+__host__ __device__ constexpr int64_t staged_codes_bytes(int64_t T, int64_t kb) { return T * (kb * kBlockK + 16); }
+int64_t staged_smem_bytes(int64_t T, int64_t kb) { return staged_codes_bytes(T, kb) + 4 * T * kb; }
+
+// The form for up to 8 tokens with the activation staged in shared memory: each CTA first has the
+// first D K-blocks of its weights in flight (issued before the PDL wait, as no kernel writes
+// weights), then quantizes the tokens' K range into shared memory once (or copies the codes and
+// scales, QX), and each warp streams its weights through a ring of D K-blocks of registers. With x
+// out of the loop, the registers that held two K-blocks of weights and x's hold D of weights; the
+// quantization runs once a CTA, not once a warp; and the first loads overlap the previous kernel.
+// Short K (q_b's 12 blocks) gains most: a warp has few blocks over which to hide a load's latency.
+template <int RT, int WK, int D, bool QX>
+__global__ void __launch_bounds__(kWarps * 32)
+    skinny_fp8_staged_kernel(const void* __restrict__ x_raw, int64_t ldx, const float* __restrict__ xs,
+                             int64_t xs_t, int64_t xs_g, const uint8_t* __restrict__ w, int64_t ldw,
+                             const float* __restrict__ ws, int64_t ldws, void* __restrict__ out, int64_t ldo,
+                             bool out_f32, int T, int N, int K, int64_t x_batch, int64_t w_batch, int64_t ws_batch,
+                             int64_t out_batch, SkinnySplit split) {
+  constexpr int WR = kWarps / WK;
+  extern __shared__ __align__(16) uint8_t staged[];
+  __shared__ float red[kWarps][RT * 4 * 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int wr = warp / WK, wk = warp % WK;
+  w += blockIdx.z * w_batch;
+  ws += blockIdx.z * ws_batch;
+  const int cta_n0 = int(blockIdx.x) * 16 * RT * WR, n0 = cta_n0 + wr * 16 * RT;
+  const int kblocks = K / kBlockK, z = blockIdx.y;
+  const int kb_begin = int(int64_t(kblocks) * z / gridDim.y), kb_end = int(int64_t(kblocks) * (z + 1) / gridDim.y);
+  const int nkb = kb_end - kb_begin, ld_s = nkb * kBlockK + 16;
+  uint8_t* x_s = staged;
+  float* scale_s = reinterpret_cast<float*>(staged + staged_codes_bytes(T, nkb));
+
+  const uint8_t* wrow[RT][2];
+  bool row_ok[RT][2];
+  const float* wsrow[RT];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int n = n0 + rt * 16 + g + 8 * r;
+      row_ok[rt][r] = n < N;
+      wrow[rt][r] = w + int64_t(row_ok[rt][r] ? n : 0) * ldw + t4 * 16;
+    }
+    wsrow[rt] = ws + int64_t(min(n0 + rt * 16, N - 1) / 128) * ldws;
+  }
+  // This warp's K-blocks: kb_begin + wk + i WK for i < mine.
+  const int mine = wk < nkb ? (nkb - wk + WK - 1) / WK : 0;
+  struct Slot {
+    uint4 w[RT][2][2];  // [tile][row g, g + 8][half]
+    float scale[RT];
+  };
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  auto load = [&](Slot& sl, int i) {
+    const int kb = kb_begin + wk + i * WK, k0 = kb * kBlockK;
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          sl.w[rt][r][h] = row_ok[rt][r] ? load_weight_once(wrow[rt][r] + k0 + 64 * h) : zero;
+      sl.scale[rt] = __ldg(wsrow[rt] + kb);
+    }
+  };
+  Slot ring[D];
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+    if (d < mine) load(ring[d], d);
+  pdl_wait_and_trigger();
+
+  // Stage the tokens' groups of 128 (token t, K-block b of the range): a warp a group, 4 values a
+  // lane; up to 8 groups a warp loaded before any is quantized.
+  const int groups = T * nkb;
+  if constexpr (QX) {
+    const uint8_t* x = static_cast<const uint8_t*>(x_raw);
+    for (int q0 = warp; q0 < groups; q0 += kWarps * 8) {
+      uint32_t v[8];
+      float sc[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int q = q0 + u * kWarps, t = q / max(nkb, 1), b = q % max(nkb, 1);
+        v[u] = q < groups ? *reinterpret_cast<const uint32_t*>(x + t * ldx + (kb_begin + b) * kBlockK + 4 * lane) : 0u;
+        sc[u] = q < groups && lane == 0 ? __ldg(xs + t * xs_t + int64_t(kb_begin + b) * xs_g) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int q = q0 + u * kWarps, t = q / max(nkb, 1), b = q % max(nkb, 1);
+        if (q >= groups) continue;
+        *reinterpret_cast<uint32_t*>(x_s + t * ld_s + b * kBlockK + 4 * lane) = v[u];
+        if (lane == 0) scale_s[t * nkb + b] = sc[u];
+      }
+    }
+  } else {
+    const bf16* x = static_cast<const bf16*>(x_raw) + blockIdx.z * x_batch;
+    for (int q0 = warp; q0 < groups; q0 += kWarps * 8) {
+      uint2 v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int q = q0 + u * kWarps, t = q / max(nkb, 1), b = q % max(nkb, 1);
+        v[u] = q < groups ? *reinterpret_cast<const uint2*>(x + t * ldx + (kb_begin + b) * kBlockK + 4 * lane)
+                          : make_uint2(0, 0);
+      }
+      // The 8 groups' amax reduced side by side (each is a chain of 5 shuffles).
+      float amax[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) amax[u] = abs_max_pair(abs_max_pair(0.f, v[u].x), v[u].y);
+#pragma unroll
+      for (int m = 1; m < 32; m *= 2)
+#pragma unroll
+        for (int u = 0; u < 8; ++u) amax[u] = fmaxf(amax[u], __shfl_xor_sync(0xffffffffu, amax[u], m));
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int q = q0 + u * kWarps, t = q / max(nkb, 1), b = q % max(nkb, 1);
+        if (q >= groups) continue;  // the same for the whole warp
+        const float sc = fmaxf(amax[u], kFp8MinAmax) / kE4m3Max, r = __frcp_rn(sc);
+        *reinterpret_cast<uint32_t*>(x_s + t * ld_s + b * kBlockK + 4 * lane) =
+            quantize_pair(v[u].x, sc, r) | (quantize_pair(v[u].y, sc, r) << 16);
+        if (lane == 0) scale_s[t * nkb + b] = sc;
+      }
+    }
+  }
+  __syncthreads();
+
+  const bool tok = g < T, col_tok[2] = {2 * t4 < T, 2 * t4 + 1 < T};
+  const uint8_t* x_row = x_s + (tok ? g : 0) * ld_s + 16 * t4;
+  float acc[RT][1][4] = {};
+  auto step = [&](const Slot& sl, int i) {
+    const int b = wk + i * WK;  // K-block in the range
+    uint4 xq[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) xq[h] = tok ? *reinterpret_cast<const uint4*>(x_row + b * kBlockK + 64 * h) : zero;
+    float col_scale[2];
+#pragma unroll
+    for (int c = 0; c < 2; ++c) col_scale[c] = col_tok[c] ? scale_s[(2 * t4 + c) * nkb + b] : 0.f;
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt) {
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4 a = sl.w[rt][0][h], bw = sl.w[rt][1][h];
+        mma::mma_e4m3(d, {a.x, bw.x, a.y, bw.y}, xq[h].x, xq[h].y);
+        mma::mma_e4m3(d, {a.z, bw.z, a.w, bw.w}, xq[h].z, xq[h].w);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[rt][0][e] += d[e] * (sl.scale[rt] * col_scale[e & 1]);
+    }
+  };
+  // Slot d holds block i0 + d: used, then refilled with block i0 + d + D.
+  for (int i0 = 0; i0 < mine; i0 += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      if (i0 + d >= mine) break;
+      step(ring[d], i0 + d);
+      if (i0 + d + D < mine) load(ring[d], i0 + d + D);
+    }
+  }
+
+  reduce_and_store<RT, 1, WK>(acc, &red[0][0], T, 0, cta_n0, N, out, ldo, out_f32, out_batch, split);
+}
+
+// The staged form's shared memory stays under this (two CTAs of the largest still fit an SM).
+constexpr int64_t kStagedMaxSmem = 96 * 1024;
+
+template <int RT, int WK, int D, bool QX>
+void launch_form(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
+  auto* kernel = skinny_fp8_staged_kernel<RT, WK, D, QX>;
+  static const bool sized = [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStagedMaxSmem)));
+    return true;
+  }();
+  (void)sized;
+  const int64_t range = (p.K / kBlockK + split.splits - 1) / split.splits;
+  dim3 grid(unsigned(row_blocks), unsigned(split.splits), unsigned(p.batch));
+  launch_pdl(kernel, grid, kWarps * 32, size_t(staged_smem_bytes(p.T, range)), stream, p.x, p.ldx, p.x_scales, p.xs_t,
+             p.xs_g, static_cast<const uint8_t*>(p.w), p.ldw, p.w_scales, p.ldws, p.out, p.ldo, p.out_f32, int(p.T),
+             int(p.N), int(p.K), p.x_batch, p.w_batch, p.ws_batch, p.out_batch, split);
+}
+
+template <int RT, int WK, int D>
+void launch_staged_inputs(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
+  if (p.x_scales)
+    launch_form<RT, WK, D, true>(p, row_blocks, split, stream);
+  else
+    launch_form<RT, WK, D, false>(p, row_blocks, split, stream);
+}
+
+template <int WK>
+void launch_staged_rows(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t rb, SkinnySplit split,
+                        cudaStream_t stream) {
+  switch (c.row_tiles * 8 + c.depth) {
+    case 8 + 2: launch_staged_inputs<1, WK, 2>(p, rb, split, stream); break;
+    case 8 + 3: launch_staged_inputs<1, WK, 3>(p, rb, split, stream); break;
+    case 8 + 4: launch_staged_inputs<1, WK, 4>(p, rb, split, stream); break;
+    case 16 + 2: launch_staged_inputs<2, WK, 2>(p, rb, split, stream); break;
+    case 16 + 3: launch_staged_inputs<2, WK, 3>(p, rb, split, stream); break;
+    case 16 + 4: launch_staged_inputs<2, WK, 4>(p, rb, split, stream); break;
+    default: launch_staged_inputs<4, WK, 2>(p, rb, split, stream); break;
+  }
+}
+
+}  // namespace
+
+bool skinny_gemm_fp8_staged_fits(int64_t T, int64_t K, const SkinnyFp8Config& c) {
+  const int64_t range = (K / kBlockK + c.splits - 1) / c.splits;
+  return T <= 8 && staged_smem_bytes(T, range) <= kStagedMaxSmem;
+}
+
+namespace skinny_fp8 {
+
+void launch_staged(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t rb, SkinnySplit split,
+                   cudaStream_t stream) {
+  MLA_CHECK(skinny_gemm_fp8_staged_fits(p.T, p.K, c),
+            "skinny FP8 GEMM: T={} K={} with {} stages more than 8 tokens or {} bytes of x", p.T, p.K, to_string(c),
+            kStagedMaxSmem);
+  switch (c.k_warps) {
+    case 1: launch_staged_rows<1>(p, c, rb, split, stream); break;
+    case 2: launch_staged_rows<2>(p, c, rb, split, stream); break;
+    case 4: launch_staged_rows<4>(p, c, rb, split, stream); break;
+    default: launch_staged_rows<8>(p, c, rb, split, stream); break;
+  }
+}
+
+}  // namespace skinny_fp8
+
+}  // namespace mlaserve::cuda
