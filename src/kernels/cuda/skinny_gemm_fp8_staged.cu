@@ -15,6 +15,10 @@
 namespace mlaserve::cuda {
 
 using namespace skinny_fp8;
+using mma::cp_async16;
+using mma::cp_async_commit;
+using mma::cp_async_wait_all;
+using mma::smem_u32;
 
 namespace {
 
@@ -90,28 +94,22 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (d < mine) load(ring[d], d);
   pdl_wait_and_trigger();
 
-  // Stage the tokens' groups of 128 (token t, K-block b of the range): a warp a group, 4 values a
-  // lane; up to 8 groups a warp loaded before any is quantized.
+  // Stage x. Codes (QX) and their scales are copied, every 16-byte piece of the tokens' K range
+  // asked for at once. BF16 values are quantized a warp a group of 128 (token t, K-block b of the
+  // range), 4 values a lane, up to 8 groups a warp loaded before any is quantized: staged through
+  // shared memory by cp.async first, they were slower (twenty-ninth session).
   const int groups = T * nkb;
   if constexpr (QX) {
     const uint8_t* x = static_cast<const uint8_t*>(x_raw);
-    for (int q0 = warp; q0 < groups; q0 += kWarps * 8) {
-      uint32_t v[8];
-      float sc[8];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int q = q0 + u * kWarps, t = q / max(nkb, 1), b = q % max(nkb, 1);
-        v[u] = q < groups ? *reinterpret_cast<const uint32_t*>(x + t * ldx + (kb_begin + b) * kBlockK + 4 * lane) : 0u;
-        sc[u] = q < groups && lane == 0 ? __ldg(xs + t * xs_t + int64_t(kb_begin + b) * xs_g) : 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int q = q0 + u * kWarps, t = q / max(nkb, 1), b = q % max(nkb, 1);
-        if (q >= groups) continue;
-        *reinterpret_cast<uint32_t*>(x_s + t * ld_s + b * kBlockK + 4 * lane) = v[u];
-        if (lane == 0) scale_s[t * nkb + b] = sc[u];
-      }
+    const int pieces = nkb * (kBlockK / 16);  // a token's
+    for (int i = threadIdx.x; i < T * pieces; i += kWarps * 32) {
+      const int t = i / pieces, c = i % pieces;
+      cp_async16(smem_u32(x_s + t * ld_s + 16 * c), x + t * ldx + kb_begin * kBlockK + 16 * c, true);
     }
+    cp_async_commit();
+    for (int i = threadIdx.x; i < groups; i += kWarps * 32)
+      scale_s[i] = __ldg(xs + (i / nkb) * xs_t + int64_t(kb_begin + i % nkb) * xs_g);
+    cp_async_wait_all();
   } else {
     const bf16* x = static_cast<const bf16*>(x_raw) + blockIdx.z * x_batch;
     for (int q0 = warp; q0 < groups; q0 += kWarps * 8) {
