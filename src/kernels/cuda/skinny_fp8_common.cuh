@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "kernels/cuda/read_once.cuh"
 #include "kernels/cuda/skinny_common.cuh"
 #include "kernels/cuda/skinny_gemm_fp8.h"
 
@@ -109,6 +110,44 @@ __device__ __forceinline__ void reduce_and_store(const float (&acc)[RT][NT][4], 
       static_cast<bf16*>(out)[o] = __float2bfloat16(sum[m]);
   }
 }
+
+// A warp's RT 16-row tiles of the weight, as thread (g = lane / 4, t4 = lane % 4) reads them:
+// rows g and g + 8 of each tile from byte 16 t4 (rows past N read as zeros), and each tile's row
+// of block scales.
+template <int RT>
+struct WeightRows {
+  const uint8_t* row[RT][2];
+  bool ok[RT][2];
+  const float* scales[RT];
+
+  __device__ __forceinline__ WeightRows(const uint8_t* w, int64_t ldw, const float* ws, int64_t ldws, int n0, int N,
+                                        int g, int t4) {
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int n = n0 + rt * 16 + g + 8 * r;
+        ok[rt][r] = n < N;
+        row[rt][r] = w + int64_t(ok[rt][r] ? n : 0) * ldw + t4 * 16;
+      }
+      scales[rt] = ws + int64_t(min(n0 + rt * 16, N - 1) / 128) * ldws;
+    }
+  }
+  // K-block kb: the thread's 16 bytes of each 64-byte half of its rows, [tile][row g, g + 8][half],
+  // and the tiles' scales.
+  __device__ __forceinline__ void load(uint4 (&dst)[RT][2][2], float (&scale)[RT], int kb) const {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          dst[rt][r][h] = ok[rt][r] ? load_weight_once(row[rt][r] + kb * kBlockK + 64 * h) : zero;
+      scale[rt] = __ldg(scales[rt] + kb);
+    }
+  }
+};
 
 // Rows a CTA takes.
 inline int64_t row_blocks(int64_t N, const SkinnyFp8Config& c) {

@@ -74,19 +74,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const int kblocks = K / kBlockK, z = blockIdx.y;
   const int kb_begin = int(int64_t(kblocks) * z / gridDim.y), kb_end = int(int64_t(kblocks) * (z + 1) / gridDim.y);
 
-  const uint8_t* wrow[RT][2];
-  bool row_ok[RT][2];
-  const float* wsrow[RT];
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int n = n0 + rt * 16 + g + 8 * r;
-      row_ok[rt][r] = n < N;
-      wrow[rt][r] = w + int64_t(row_ok[rt][r] ? n : 0) * ldw + t4 * 16;
-    }
-    wsrow[rt] = ws + int64_t(min(n0 + rt * 16, N - 1) / 128) * ldws;
-  }
+  const WeightRows<RT> rows(w, ldw, ws, ldws, n0, N, g, t4);
   const XT* xrow[NT];
   bool tok[NT];
   bool col_tok[NT][2];  // QX: whether this thread's C column c of token tile j (token 8 j + 2 t4 + c) is a token
@@ -107,7 +95,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
-          if (row_ok[rt][r]) prefetch_l2(wrow[rt][r] + kb * kBlockK);
+          if (rows.ok[rt][r]) prefetch_l2(rows.row[rt][r] + kb * kBlockK);
   pdl_wait_and_trigger();
 
   // One K-block's operands: the next block's loads are issued before this one's math, so a
@@ -121,13 +109,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const uint4 zero = make_uint4(0, 0, 0, 0);
   auto load = [&](Block& bl, int kb) {
     const int k0 = kb * kBlockK;
-#pragma unroll
-    for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          bl.w[rt][r][h] = row_ok[rt][r] ? load_weight_once(wrow[rt][r] + k0 + 64 * h) : zero;
+    rows.load(bl.w, bl.wscale, kb);
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -141,8 +123,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
         for (int c = 0; c < 2; ++c)
           bl.xscale[j][c] = col_tok[j][c] ? __ldg(xs + (8 * j + 2 * t4 + c) * xs_t + int64_t(kb) * xs_g) : 0.f;
-#pragma unroll
-    for (int rt = 0; rt < RT; ++rt) bl.wscale[rt] = __ldg(wsrow[rt] + kb);
   };
 
   float acc[RT][NT][4] = {};

@@ -56,19 +56,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint8_t* x_s = staged;
   float* scale_s = reinterpret_cast<float*>(staged + staged_codes_bytes(T, nkb));
 
-  const uint8_t* wrow[RT][2];
-  bool row_ok[RT][2];
-  const float* wsrow[RT];
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int n = n0 + rt * 16 + g + 8 * r;
-      row_ok[rt][r] = n < N;
-      wrow[rt][r] = w + int64_t(row_ok[rt][r] ? n : 0) * ldw + t4 * 16;
-    }
-    wsrow[rt] = ws + int64_t(min(n0 + rt * 16, N - 1) / 128) * ldws;
-  }
+  const WeightRows<RT> rows(w, ldw, ws, ldws, n0, N, g, t4);
   // This warp's K-blocks: kb_begin + wk + i WK for i < mine.
   const int mine = wk < nkb ? (nkb - wk + WK - 1) / WK : 0;
   struct Slot {
@@ -76,18 +64,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     float scale[RT];
   };
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  auto load = [&](Slot& sl, int i) {
-    const int kb = kb_begin + wk + i * WK, k0 = kb * kBlockK;
-#pragma unroll
-    for (int rt = 0; rt < RT; ++rt) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          sl.w[rt][r][h] = row_ok[rt][r] ? load_weight_once(wrow[rt][r] + k0 + 64 * h) : zero;
-      sl.scale[rt] = __ldg(wsrow[rt] + kb);
-    }
-  };
+  auto load = [&](Slot& sl, int i) { rows.load(sl.w, sl.scale, kb_begin + wk + i * WK); };
   Slot ring[D];
 #pragma unroll
   for (int d = 0; d < D; ++d)
