@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -298,6 +299,31 @@ TEST_F(Fp8Linear, QuantizedInputsMatchTheReference) {
       }
     }
   }
+}
+
+// A staged launch first made inside a CUDA graph capture (its shared-memory size is set on first
+// use) is captured, and replays to the bits of the same launch run eagerly. The launch (rows 2,
+// warps on K 2, depth 4, codes in) is one no earlier test of this suite runs.
+TEST_F(Fp8Linear, StagedLaunchIsCapturedOnFirstUse) {
+  const int64_t T = 3, N = 640, K = 1536;
+  LinearWeight w = quantize_fp8_blocks(random_f32({N, K}, seed + 11, 0.05f), 128, 128);
+  LinearWeight wd = gpu.to_backend(w);
+  Tensor x = bf16_exact({T, K}, seed + 12, 2.0f), xd = dev_bf16(x);
+  Fp8Activation f = gpu.empty_fp8_activation(T, K, 128);
+  gpu.quantize_fp8_per_token_group(xd, 128, f.q, f.scales);
+  const cuda::SkinnyFp8Config c{2, 1, 2, 4};
+  ASSERT_TRUE(cuda::skinny_gemm_fp8_valid(c, K) && cuda::skinny_gemm_fp8_staged_fits(T, K, c));
+  Tensor replayed = poisoned(gpu, DType::F32, {T, N}), eager = poisoned(gpu, DType::F32, {T, N});
+  gpu.synchronize();
+  std::unique_ptr<BackendGraph> graph =
+      gpu.capture([&] { gpu.linear_fp8_w8a8_skinny(f.q, f.scales, wd, replayed, c); });
+  graph->replay();
+  gpu.linear_fp8_w8a8_skinny(f.q, f.scales, wd, eager, c);
+  Tensor got = gpu.to_host(replayed), want = gpu.to_host(eager);
+  EXPECT_EQ(std::memcmp(got.raw(), want.raw(), got.nbytes()), 0);
+  Tensor ref = Tensor::empty(DType::F32, {T, N});
+  apply_linear(*cpu, x, w, ref);
+  EXPECT_LE(rel_l2(got, ref), 1e-3);
 }
 
 // The op follows a tuned table: cuBLASLt where it says so, the tuned skinny launch, and the default
