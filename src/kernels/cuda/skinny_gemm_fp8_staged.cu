@@ -72,9 +72,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_wait_and_trigger();
 
   // Stage x. Codes (QX) and their scales are copied, every 16-byte piece of the tokens' K range
-  // asked for at once. BF16 values are quantized a warp a group of 128 (token t, K-block b of the
-  // range), 4 values a lane, up to 8 groups a warp loaded before any is quantized: staged through
-  // shared memory by cp.async first, they were slower (twenty-ninth session).
+  // asked for at once (cp.async). BF16 values are quantized a warp a group of 128 (token t, K-block
+  // b of the range), 4 values a lane, with up to 8 groups a warp loaded into registers before any
+  // is quantized; copying them into shared memory first was slower (twenty-ninth session).
   const int groups = T * nkb;
   if constexpr (QX) {
     const uint8_t* x = static_cast<const uint8_t*>(x_raw);
