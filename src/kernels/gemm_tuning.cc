@@ -17,6 +17,7 @@ nlohmann::json choice_json(const Fp8GemmChoice& c) {
   if (c.kernel == Fp8GemmChoice::Kernel::Skinny) {
     j = {{"kernel", "skinny"}, {"row_tiles", c.row_tiles}, {"splits", c.splits}, {"k_warps", c.k_warps}};
     if (c.depth) j["depth"] = c.depth;
+    if (c.codes_in) j["x"] = "codes";
   } else {
     j = {{"kernel", "cublaslt"}};
   }
@@ -48,6 +49,11 @@ Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where
       MLA_CHECK(j["depth"].is_number_integer(), "{}: \"depth\" must be an integer", where);
       c.depth = j["depth"];
       MLA_CHECK(c.depth == 0 || (c.depth >= 2 && c.depth <= 4), "{}: depth {} is not 0, 2, 3 or 4", where, c.depth);
+    }
+    if (j.contains("x")) {
+      const std::string x = j["x"].is_string() ? j["x"].get<std::string>() : std::string();
+      MLA_CHECK(x == "codes" || x == "rows", "{}: \"x\" must be \"codes\" or \"rows\"", where);
+      c.codes_in = x == "codes";
     }
   } else {
     MLA_CHECK(kernel == "cublaslt", "{}: unknown kernel \"{}\" (skinny or cublaslt)", where, kernel);

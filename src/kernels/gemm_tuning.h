@@ -27,9 +27,12 @@ struct Fp8GemmChoice {
   double ms = 0;                  // what the tuner measured (0: not measured)
   int k_warps = 8;                // the skinny launch's warps on K (files without it: 8)
   int depth = 0;                  // the skinny launch's form: 0 x in registers, 2-4 x staged (files without it: 0)
+  // The skinny launch takes x as codes the producer wrote (its extra cost counted in ms), not as
+  // BF16 rows it quantizes itself (files without it: rows). cuBLASLt always takes codes.
+  bool codes_in = false;
   bool operator==(const Fp8GemmChoice& o) const {
     return kernel == o.kernel && row_tiles == o.row_tiles && splits == o.splits && k_warps == o.k_warps &&
-           depth == o.depth;
+           depth == o.depth && codes_in == o.codes_in;
   }
 };
 

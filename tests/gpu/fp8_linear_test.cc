@@ -336,7 +336,22 @@ TEST_F(Fp8Linear, TunedChoicesAreFollowedAndBadOnesFallBack) {
   tuning.set(N, K, 1, {Fp8GemmChoice::Kernel::Cublaslt});
   tuning.set(N, K, 4, {Fp8GemmChoice::Kernel::Skinny, 1, 2});
   tuning.set(N, K, 8, {Fp8GemmChoice::Kernel::Skinny, 4, 8});  // 8 splits of 2 K-blocks: not a launch
+  tuning.set(N, K, 2, {Fp8GemmChoice::Kernel::Skinny, 1, 1, 0.0, 8, 2, true});  // staged, from codes
   gpu.set_fp8_gemm_tuning(tuning);
+  // The producers write codes where the table's launch takes them (and for cuBLASLt).
+  EXPECT_TRUE(gpu.wants_fp8_input(1, wd));
+  EXPECT_TRUE(gpu.wants_fp8_input(2, wd));
+  EXPECT_FALSE(gpu.wants_fp8_input(4, wd));
+  {
+    const int64_t T = 2;
+    Tensor x = bf16_exact({T, K}, seed + 40, 1.0f), want = Tensor::empty(DType::F32, {T, N});
+    apply_linear(*cpu, x, w, want);
+    Fp8Activation f = gpu.empty_fp8_activation(T, K, 128);
+    gpu.quantize_fp8_per_token_group(dev_bf16(x), 128, f.q, f.scales);
+    Tensor out = poisoned(gpu, DType::F32, {T, N});
+    apply_linear(gpu, Tensor{}, f, wd, out);
+    EXPECT_LE(rel_l2(gpu.to_host(out), want), 1e-3) << "from codes";
+  }
   for (int64_t T : {1, 4, 8, 16}) {
     Tensor x = bf16_exact({T, K}, seed + T, 1.0f);
     Tensor want = Tensor::empty(DType::F32, {T, N});

@@ -49,6 +49,9 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   t.set_device("NVIDIA H200");
   t.set(24576, 1536, 1, skinny(1, 1, 1, 4));
   t.set(24576, 1536, 4, skinny(2, 1, 2));
+  Fp8GemmChoice from_codes = skinny(1, 1, 1, 3);
+  from_codes.codes_in = true;
+  t.set(24576, 1536, 8, from_codes);
   t.set(24576, 1536, 16, kCublaslt);
   const std::string path = dir.file(Fp8GemmTuning::file_name(t.device()));
   EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H200"), "fp8_gemm_NVIDIA_H200.json");
@@ -59,6 +62,7 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   EXPECT_EQ(back.shapes(), 1u);
   EXPECT_EQ(back.find(24576, 1536, 1), skinny(1, 1, 1, 4));
   EXPECT_EQ(back.find(24576, 1536, 4), skinny(2, 1, 2));
+  EXPECT_EQ(back.find(24576, 1536, 8), from_codes);
   EXPECT_EQ(back.find(24576, 1536, 16), kCublaslt);
   EXPECT_EQ(back.to_json(), t.to_json());
   // Files written before the launches had k_warps: all 8 warps on K; before depth: x in registers.
@@ -90,6 +94,10 @@ TEST(Fp8GemmTuning, BadFilesGetErrorsNamingTheFault) {
   EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "skinny", "row_tiles": 2, "splits": 1, )"
                           R"("depth": 1}}}})").c_str())
                 .find("depth 1"),
+            std::string::npos);
+  EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "skinny", "row_tiles": 2, "splits": 1, )"
+                          R"("x": "fp4"}}}})").c_str())
+                .find("\"x\" must be"),
             std::string::npos);
   EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "skinny"}}}})").c_str()).find("needs integer"),
             std::string::npos);

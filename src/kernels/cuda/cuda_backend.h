@@ -169,6 +169,8 @@ class CudaBackend final : public Backend {
   // runs it.
   std::optional<SkinnyFp8Config> skinny_fp8_choice(const SkinnyFp8Problem& p) const;
   // The skinny problem of linear_fp8_w8a8 (x quantized already).
+  // What a producer's writing an activation's codes costs over writing its BF16 rows, [T, K] (ms).
+  double codes_cost(int64_t T, int64_t K);
   SkinnyFp8Problem skinny_problem_fp8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out);
   // One launch of the skinny FP8 kernel, with its split-K scratch.
   void run_skinny_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c);

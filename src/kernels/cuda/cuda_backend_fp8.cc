@@ -215,13 +215,15 @@ void CudaBackend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& ou
 
 bool CudaBackend::wants_fp8_input(int64_t T, const LinearWeight& w) const {
   if (!w.is_fp8_block() || !w.weight.defined()) return true;
-  // BF16 rows the skinny kernel quantizes as it reads them were as fast as codes at 1-8 tokens on
-  // V3's o, down and gate_up (slower on q_a, q_b; docs/benchmarks.md, tenth session); elsewhere
-  // they take a quantization launch. The problem's x is only looked at for its alignment, which
-  // the producers' rows have.
+  // The skinny kernel takes BF16 rows, quantizing them as it reads them, unless the tuned launch
+  // was measured faster from codes with the producer's extra cost counted (Fp8GemmChoice::
+  // codes_in); cuBLASLt takes codes (else a quantization launch). The problem's x is only looked
+  // at for its alignment, which the producers' rows have.
   SkinnyFp8Problem p{w.weight.raw(), w.in_features(), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
                      w.scale_inv.stride(0), nullptr, 0, false, T, w.out_features(), w.in_features()};
-  return !skinny_fp8_choice(p);
+  if (!skinny_fp8_choice(p)) return true;
+  const std::optional<Fp8GemmChoice> tuned = fp8_tuning_.find(p.N, p.K, p.T);
+  return tuned && tuned->kernel == Fp8GemmChoice::Kernel::Skinny && tuned->codes_in;
 }
 
 SkinnyFp8Problem CudaBackend::skinny_problem_fp8(const Tensor& q, const Tensor& scales, const LinearWeight& w,

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/event_timer.h"
 #include "kernels/cuda/moe_experts.h"
 
@@ -59,6 +60,24 @@ MoeGemmChoice to_choice(const MoeFp8Launch& l, double ms) {
 }
 
 }  // namespace
+
+double CudaBackend::codes_cost(int64_t T, int64_t K) {
+  Tensor x = empty(DType::BF16, {T, K}), y = empty(DType::BF16, {T, K}), w = empty(DType::BF16, {K});
+  Tensor rows = empty(DType::BF16, {T, K}), none;
+  MLA_CHECK(fill_normal(x, 91, 0.0f, 1.0f) && fill_normal(y, 92, 0.0f, 1.0f) && fill_normal(w, 93, 1.0f, 0.1f),
+            "tune-fp8-gemm: cannot fill the producer's inputs");
+  Fp8Activation codes = empty_fp8_activation(T, K, 128);
+  double to_rows = 0, to_codes = 0;
+  if (K <= kRmsNormMaxWidth) {
+    // The residual (y) grows by x each call: a few hundred calls keep it far from BF16's range.
+    to_rows = median_ms(stream_, [&](int) { add_rmsnorm(x, y, w, 1e-6f, rows); });
+    to_codes = median_ms(stream_, [&](int) { rmsnorm_fp8(x, &y, w, 1e-6f, none, codes); });
+  } else {  // wider than a norm's rows: an MLP's SiLU (down's input)
+    to_rows = median_ms(stream_, [&](int) { silu_and_mul(x, y, rows); });
+    to_codes = median_ms(stream_, [&](int) { silu_and_mul_fp8(x, y, none, codes); });
+  }
+  return std::max(0.0, to_codes - to_rows);
+}
 
 Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, int64_t>>& shapes,
                                          const std::vector<int64_t>& tokens,
@@ -112,6 +131,31 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
                     median_ms(stream_, [&](int i) { linear_w8a8_skinny(x, ws[size_t(i % copies)], got, c); });
                 progress(fmt::format("N={} K={} T={}: skinny {} {:.4f} ms", N, K, T, to_string(c), ms));
                 if (ms < best.ms) best = {Fp8GemmChoice::Kernel::Skinny, row_tiles, splits, ms, k_warps, depth};
+              }
+        // The same launches from codes, as a producer (rmsnorm_fp8, silu_and_mul_fp8) writes them,
+        // plus what writing codes costs such a producer over writing rows: measured on the
+        // add+RMSNorm of these rows (for silu_and_mul's outputs too, a proxy).
+        Fp8Activation xq = empty_fp8_activation(T, K, 128);
+        quantize_fp8_per_token_group(x, 128, xq.q, xq.scales);
+        const double extra = codes_cost(T, K);
+        progress(fmt::format("N={} K={} T={}: a producer writing codes costs {:.4f} ms more", N, K, T, extra));
+        for (int k_warps : {8, 4, 2, 1})
+          for (int row_tiles : {1, 2, 4})
+            for (int splits : {1, 2, 4, 8})
+              for (int depth : {0, 2, 3, 4}) {
+                const SkinnyFp8Config c{row_tiles, splits, k_warps, depth};
+                if (depth == 0 && k_warps < 8 && K / 128 >= 4 * 8) continue;
+                if (!skinny_gemm_fp8_valid(c, K) || (splits > 1 && skinny_gemm_fp8_blocks(p, c) > kSkinnyCounters) ||
+                    (depth && !skinny_gemm_fp8_staged_fits(T, K, c)))
+                  continue;
+                linear_fp8_w8a8_skinny(xq.q, xq.scales, ws[0], got, c);
+                const double err = rel_l2(to_host(got), want);
+                if (!(err <= kAgreement)) continue;
+                const double ms = extra + median_ms(stream_, [&](int i) {
+                                    linear_fp8_w8a8_skinny(xq.q, xq.scales, ws[size_t(i % copies)], got, c);
+                                  });
+                progress(fmt::format("N={} K={} T={}: skinny {} from codes {:.4f} ms", N, K, T, to_string(c), ms));
+                if (ms < best.ms) best = {Fp8GemmChoice::Kernel::Skinny, row_tiles, splits, ms, k_warps, depth, true};
               }
       }
       out.set(N, K, T, best);

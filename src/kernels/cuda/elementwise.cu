@@ -427,8 +427,8 @@ bool fp8_output_fits(const void* out, int64_t out_ld, const Fp8Output& fp8, int6
 
 bool launch_rmsnorm(const void* x, int64_t x_ld, void* residual, int64_t res_ld, const void* w, bool w_f32, float eps,
                     int64_t T, int64_t D, void* out, int64_t out_ld, cudaStream_t s, const Fp8Output* fp8) {
-  MLA_CHECK(D <= int64_t(kThreads) * kMaxPerThread, "rmsnorm on CUDA supports rows up to {}, got {}",
-            kThreads * kMaxPerThread, D);
+  static_assert(kRmsNormMaxWidth == int64_t(kThreads) * kMaxPerThread, "a thread holds kMaxPerThread values");
+  MLA_CHECK(D <= kRmsNormMaxWidth, "rmsnorm on CUDA supports rows up to {}, got {}", kRmsNormMaxWidth, D);
   auto xb = static_cast<const bf16*>(x);
   auto rb = static_cast<bf16*>(residual);
   auto ob = static_cast<bf16*>(out);

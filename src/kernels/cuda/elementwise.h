@@ -21,6 +21,8 @@ struct Fp8Output {
   int64_t st, sg;
 };
 
+// The widest row launch_rmsnorm takes.
+constexpr int64_t kRmsNormMaxWidth = 8192;
 // residual (optional) += x; out = rmsnorm(residual or x) * w. w BF16 or F32 (w_f32). With fp8 the
 // output is also quantized and out may be null; that takes rows of whole groups, every operand
 // 16-byte aligned: false, and nothing launched, where they are not (the caller quantizes apart).
