@@ -64,22 +64,46 @@ Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where
 
 }  // namespace
 
-void Fp8GemmTuning::set(int64_t N, int64_t K, int64_t tokens, const Fp8GemmChoice& choice) {
-  table_[{N, K}][tokens] = choice;
+void Fp8GemmTuning::set(int64_t N, int64_t K, int64_t tokens, const Fp8GemmChoice& choice,
+                        const std::optional<Fp8GemmChoice>& from_rows) {
+  table_[{N, K}][tokens] = {choice, from_rows};
+}
+
+void Fp8GemmTuning::merge(const Fp8GemmTuning& other) {
+  for (const auto& [nk, by_tokens] : other.table_)
+    for (const auto& [tokens, e] : by_tokens) table_[nk][tokens] = e;
+}
+
+const Fp8GemmTuning::Entry* Fp8GemmTuning::entry(int64_t N, int64_t K, int64_t tokens) const {
+  auto shape = table_.find({N, K});
+  return shape == table_.end() ? nullptr : nearest_tuned(shape->second, tokens);
 }
 
 std::optional<Fp8GemmChoice> Fp8GemmTuning::find(int64_t N, int64_t K, int64_t tokens) const {
-  auto shape = table_.find({N, K});
-  if (shape == table_.end()) return std::nullopt;
-  const Fp8GemmChoice* c = nearest_tuned(shape->second, tokens);
-  return c ? std::optional<Fp8GemmChoice>(*c) : std::nullopt;
+  const Entry* e = entry(N, K, tokens);
+  return e ? std::optional<Fp8GemmChoice>(e->choice) : std::nullopt;
+}
+
+std::optional<Fp8GemmChoice> Fp8GemmTuning::find_from_rows(int64_t N, int64_t K, int64_t tokens) const {
+  const Entry* e = entry(N, K, tokens);
+  if (!e) return std::nullopt;
+  return e->from_rows ? e->from_rows : e->choice;
+}
+
+std::string to_string(const Fp8GemmChoice& c) {
+  if (c.kernel == Fp8GemmChoice::Kernel::Cublaslt) return "cublaslt";
+  return fmt::format("skinny row_tiles={} splits={} k_warps={} depth={}{}", c.row_tiles, c.splits, c.k_warps, c.depth,
+                     c.codes_in ? " x=codes" : "");
 }
 
 nlohmann::json Fp8GemmTuning::to_json() const {
   nlohmann::json shapes = nlohmann::json::object();
   for (const auto& [nk, by_tokens] : table_) {
     nlohmann::json entry = nlohmann::json::object();
-    for (const auto& [tokens, choice] : by_tokens) entry[std::to_string(tokens)] = choice_json(choice);
+    for (const auto& [tokens, e] : by_tokens) {
+      nlohmann::json& j = entry[std::to_string(tokens)] = choice_json(e.choice);
+      if (e.from_rows) j["rows"] = choice_json(*e.from_rows);
+    }
     shapes[shape_key(nk.first, nk.second)] = entry;
   }
   return {{"device", device_}, {"kernel", kKernelName}, {"shapes", shapes}};
@@ -99,7 +123,12 @@ Fp8GemmTuning Fp8GemmTuning::from_json(const nlohmann::json& j, const std::strin
     MLA_CHECK(entry.is_object(), "{}: shape {} must map token counts to choices", what, key);
     for (const auto& [tokens, choice] : entry.items()) {
       const std::string where = fmt::format("{}: shape {} tokens {}", what, key, tokens);
-      t.set(N, K, parse_tuned_count(tokens, where), choice_from_json(choice, where));
+      std::optional<Fp8GemmChoice> from_rows;
+      if (choice.is_object() && choice.contains("rows")) {
+        from_rows = choice_from_json(choice["rows"], where + " rows");
+        MLA_CHECK(!from_rows->codes_in, "{} rows: the launch from rows cannot take codes", where);
+      }
+      t.set(N, K, parse_tuned_count(tokens, where), choice_from_json(choice, where), from_rows);
     }
   }
   return t;

@@ -5,7 +5,10 @@
 //   {"device": "NVIDIA H200", "kernel": "fp8_w8a8_block128",
 //    "shapes": {"N=24576,K=1536": {"1": {"kernel": "skinny", "row_tiles": 1, "splits": 1, "k_warps": 1,
 //                                        "depth": 4},
-//                                  "16": {"kernel": "cublaslt"}, ...}, ...}}
+//                                  "16": {"kernel": "cublaslt", "rows": {"kernel": "skinny", ...}}, ...},
+//               ...}}
+// "rows" (where the choice takes codes): the fastest launch from BF16 rows, for a linear whose input
+// no producer writes as codes (o_proj's comes from the attention).
 #pragma once
 
 #include <cstdint>
@@ -24,11 +27,11 @@ struct Fp8GemmChoice {
   enum class Kernel { Skinny, Cublaslt };
   Kernel kernel = Kernel::Cublaslt;
   int row_tiles = 0, splits = 0;  // the skinny kernel's launch (cuda/skinny_gemm_fp8.h)
-  double ms = 0;                  // what the tuner measured (0: not measured)
+  double ms = 0;                  // the linear behind its input's producer, as tuned (0: not measured)
   int k_warps = 8;                // the skinny launch's warps on K (files without it: 8)
   int depth = 0;                  // the skinny launch's form: 0 x in registers, 2-4 x staged (files without it: 0)
-  // The skinny launch takes x as codes the producer wrote (its extra cost counted in ms), not as
-  // BF16 rows it quantizes itself (files without it: rows). cuBLASLt always takes codes.
+  // The skinny launch takes x as codes the producer wrote (timed behind a producer writing them),
+  // not as BF16 rows it quantizes itself (files without it: rows). cuBLASLt always takes codes.
   bool codes_in = false;
   bool operator==(const Fp8GemmChoice& o) const {
     return kernel == o.kernel && row_tiles == o.row_tiles && splits == o.splits && k_warps == o.k_warps &&
@@ -41,11 +44,18 @@ class Fp8GemmTuning {
   // Kernel name in the file: which GEMM the choices are for.
   static constexpr const char* kKernelName = "fp8_w8a8_block128";
 
-  void set(int64_t N, int64_t K, int64_t tokens, const Fp8GemmChoice& choice);
+  // from_rows: where `choice` takes codes (codes_in, or cuBLASLt), the fastest launch from rows.
+  void set(int64_t N, int64_t K, int64_t tokens, const Fp8GemmChoice& choice,
+           const std::optional<Fp8GemmChoice>& from_rows = std::nullopt);
+  // Every entry of `other`, over this table's.
+  void merge(const Fp8GemmTuning& other);
   // The choice tuned for the token count nearest to `tokens` (the smaller on a tie) of shape
   // (N, K); nothing if the shape was not tuned. A token count past the largest tuned one by more
   // than half of it gets nothing either: a choice made for 16 tokens says nothing about 4096.
   std::optional<Fp8GemmChoice> find(int64_t N, int64_t K, int64_t tokens) const;
+  // The same entry's launch for an input that comes as BF16 rows: its from_rows where it has one,
+  // else the choice.
+  std::optional<Fp8GemmChoice> find_from_rows(int64_t N, int64_t K, int64_t tokens) const;
   size_t shapes() const { return table_.size(); }
   const std::string& device() const { return device_; }
   void set_device(std::string d) { device_ = std::move(d); }
@@ -63,8 +73,17 @@ class Fp8GemmTuning {
   static std::string path(const std::string& dir_flag, const std::string& device);
 
  private:
+  struct Entry {
+    Fp8GemmChoice choice;
+    std::optional<Fp8GemmChoice> from_rows;
+  };
+  const Entry* entry(int64_t N, int64_t K, int64_t tokens) const;
+
   std::string device_;
-  std::map<std::pair<int64_t, int64_t>, std::map<int64_t, Fp8GemmChoice>> table_;
+  std::map<std::pair<int64_t, int64_t>, std::map<int64_t, Entry>> table_;
 };
+
+// "skinny row_tiles=1 splits=1 k_warps=8 depth=0 x=codes", or "cublaslt".
+std::string to_string(const Fp8GemmChoice& c);
 
 }  // namespace mlaserve

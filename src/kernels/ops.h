@@ -91,6 +91,15 @@ class Backend {
   virtual LinearWeight to_backend(const LinearWeight& w) { return w; }
   // A host copy (the CPU returns the tensor itself).
   virtual Tensor to_host(const Tensor& t) { return t; }
+  // A host copy of a linear weight (dummy weights may have been made on the device): its rows and
+  // FP8 block scales, without the pad rows a backend added.
+  LinearWeight host_copy(const LinearWeight& w) {
+    LinearWeight h = w;
+    h.weight = to_host(w.weight);
+    h.pad_rows = 0;
+    if (w.is_fp8_block()) h.scale_inv = to_host(w.scale_inv);
+    return h;
+  }
   virtual void synchronize() {}
   // Makes the calling thread able to run this backend's ops (CUDA: selects its device).
   virtual void bind_thread() {}

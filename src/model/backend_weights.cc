@@ -43,14 +43,6 @@ void move(LayerWeights& l, Backend& b) {
 
 }  // namespace
 
-LinearWeight on_host(const LinearWeight& w, Backend& backend) {
-  LinearWeight h = w;
-  h.weight = backend.to_host(w.weight);
-  h.pad_rows = 0;  // the copy has the rows only
-  if (w.is_fp8_block()) h.scale_inv = backend.to_host(w.scale_inv);
-  return h;
-}
-
 void move_weights_to_backend(ModelWeights& w, Backend& b) {
   if (b.device() == Device::CPU) return;
   move(w.embed, b);

@@ -8,9 +8,6 @@
 namespace mlaserve {
 
 void move_weights_to_backend(ModelWeights& weights, Backend& backend);
-// A host copy of a linear weight (dummy weights may have been made on the device): its rows and
-// FP8 block scales, without a backend's pad rows.
-LinearWeight on_host(const LinearWeight& w, Backend& backend);
 // The index tensors of a batch, on the backend.
 struct ForwardBatch;
 ForwardBatch batch_to_backend(const ForwardBatch& batch, Backend& backend);

@@ -106,8 +106,8 @@ void fuse_shared(MoeWeights& m, int64_t ns, int64_t I, Backend& backend) {
   if (ns == 1) {
     m.experts.push_back({m.shared.gate, m.shared.up, m.shared.down});
   } else {
-    GatedMlpWeights s{on_host(m.shared.gate, backend), on_host(m.shared.up, backend),
-                      on_host(m.shared.down, backend)};
+    GatedMlpWeights s{backend.host_copy(m.shared.gate), backend.host_copy(m.shared.up),
+                      backend.host_copy(m.shared.down)};
     for (int64_t c = 0; c < ns; ++c)
       m.experts.push_back({row_range(s.gate, c * I, I), row_range(s.up, c * I, I), chunk_columns(s.down, c, I)});
   }
@@ -123,8 +123,8 @@ DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights, Backend& 
   rope_ = make_rope_table(config_);
   rope_.inv_freq = backend_.to_backend(rope_.inv_freq);
   softmax_scale_ = float(config_.softmax_scale());
-  for (const LayerWeights& l : weights_.layers)  // on_host: dummy weights may be made on the device
-    absorbed_.push_back(make_absorbed_weights(on_host(l.attn.kv_b_proj, backend_), config_.num_attention_heads,
+  for (const LayerWeights& l : weights_.layers)  // host_copy: dummy weights may be made on the device
+    absorbed_.push_back(make_absorbed_weights(backend_.host_copy(l.attn.kv_b_proj), config_.num_attention_heads,
                                               config_.qk_nope_head_dim, config_.v_head_dim, backend_,
                                               options_.fp8_bmm));
   // Before gate and up are stacked (experts keep theirs apart) and before the weights move to the

@@ -326,8 +326,9 @@ TEST_F(Fp8Linear, StagedLaunchIsCapturedOnFirstUse) {
   EXPECT_LE(rel_l2(got, ref), 1e-3);
 }
 
-// The op follows a tuned table: cuBLASLt where it says so, the tuned skinny launch, and the default
-// where the table's launch does not fit the shape (a file from another model or GPU).
+// The op follows a tuned table: cuBLASLt where it says so, the tuned skinny launch, an entry's
+// launch from rows where the input comes as rows, and the default where the table's launch does not
+// fit the shape (a file from another model or GPU).
 TEST_F(Fp8Linear, TunedChoicesAreFollowedAndBadOnesFallBack) {
   const int64_t N = 1024, K = 256;
   LinearWeight w = quantize_fp8_blocks(random_f32({N, K}, seed, 0.05f), 128, 128);
@@ -337,11 +338,15 @@ TEST_F(Fp8Linear, TunedChoicesAreFollowedAndBadOnesFallBack) {
   tuning.set(N, K, 4, {Fp8GemmChoice::Kernel::Skinny, 1, 2});
   tuning.set(N, K, 8, {Fp8GemmChoice::Kernel::Skinny, 4, 8});  // 8 splits of 2 K-blocks: not a launch
   tuning.set(N, K, 2, {Fp8GemmChoice::Kernel::Skinny, 1, 1, 0.0, 8, 2, true});  // staged, from codes
+  // cuBLASLt from codes; from rows the staged form over two token tiles.
+  tuning.set(N, K, 16, {Fp8GemmChoice::Kernel::Cublaslt},
+             Fp8GemmChoice{Fp8GemmChoice::Kernel::Skinny, 2, 1, 0.0, 4, 3});
   gpu.set_fp8_gemm_tuning(tuning);
   // The producers write codes where the table's launch takes them (and for cuBLASLt).
   EXPECT_TRUE(gpu.wants_fp8_input(1, wd));
   EXPECT_TRUE(gpu.wants_fp8_input(2, wd));
   EXPECT_FALSE(gpu.wants_fp8_input(4, wd));
+  EXPECT_TRUE(gpu.wants_fp8_input(16, wd));
   {
     const int64_t T = 2;
     Tensor x = bf16_exact({T, K}, seed + 40, 1.0f), want = Tensor::empty(DType::F32, {T, N});
@@ -352,7 +357,7 @@ TEST_F(Fp8Linear, TunedChoicesAreFollowedAndBadOnesFallBack) {
     apply_linear(gpu, Tensor{}, f, wd, out);
     EXPECT_LE(rel_l2(gpu.to_host(out), want), 1e-3) << "from codes";
   }
-  for (int64_t T : {1, 4, 8, 16}) {
+  for (int64_t T : {1, 2, 4, 8, 13, 16}) {
     Tensor x = bf16_exact({T, K}, seed + T, 1.0f);
     Tensor want = Tensor::empty(DType::F32, {T, N});
     apply_linear(*cpu, x, w, want);

@@ -51,8 +51,8 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   t.set(24576, 1536, 4, skinny(2, 1, 2));
   Fp8GemmChoice from_codes = skinny(1, 1, 1, 3);
   from_codes.codes_in = true;
-  t.set(24576, 1536, 8, from_codes);
-  t.set(24576, 1536, 16, kCublaslt);
+  t.set(24576, 1536, 8, from_codes, skinny(2, 1, 1));
+  t.set(24576, 1536, 16, kCublaslt, skinny(2, 1, 1, 3));
   const std::string path = dir.file(Fp8GemmTuning::file_name(t.device()));
   EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H200"), "fp8_gemm_NVIDIA_H200.json");
   EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H100 80GB HBM3"), "fp8_gemm_NVIDIA_H100_80GB_HBM3.json");
@@ -64,7 +64,20 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   EXPECT_EQ(back.find(24576, 1536, 4), skinny(2, 1, 2));
   EXPECT_EQ(back.find(24576, 1536, 8), from_codes);
   EXPECT_EQ(back.find(24576, 1536, 16), kCublaslt);
+  // An input that comes as BF16 rows gets the entry's launch from rows where it has one.
+  EXPECT_EQ(back.find_from_rows(24576, 1536, 4), skinny(2, 1, 2));
+  EXPECT_EQ(back.find_from_rows(24576, 1536, 8), skinny(2, 1, 1));
+  EXPECT_EQ(back.find_from_rows(24576, 1536, 15), skinny(2, 1, 1, 3));
+  EXPECT_FALSE(back.find_from_rows(24576, 1536, 25));
   EXPECT_EQ(back.to_json(), t.to_json());
+  Fp8GemmTuning merged;
+  merged.set(24576, 1536, 16, skinny(4, 1));
+  merged.set(7168, 2048, 1, skinny(4, 1));
+  merged.merge(back);
+  EXPECT_EQ(merged.shapes(), 2u);
+  EXPECT_EQ(merged.find_from_rows(24576, 1536, 16), skinny(2, 1, 1, 3)) << "the merged entry, with its rows";
+  EXPECT_EQ(to_string(from_codes), "skinny row_tiles=1 splits=1 k_warps=1 depth=3 x=codes");
+  EXPECT_EQ(to_string(kCublaslt), "cublaslt");
   // Files written before the launches had k_warps: all 8 warps on K; before depth: x in registers.
   const auto old = Fp8GemmTuning::from_json(
       nlohmann::json::parse(R"({"kernel": "fp8_w8a8_block128", "shapes": {"N=128,K=1024": {"1": )"
@@ -100,6 +113,10 @@ TEST(Fp8GemmTuning, BadFilesGetErrorsNamingTheFault) {
                 .find("\"x\" must be"),
             std::string::npos);
   EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "skinny"}}}})").c_str()).find("needs integer"),
+            std::string::npos);
+  EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "cublaslt", "rows": {"kernel": "skinny", )"
+                          R"("row_tiles": 2, "splits": 1, "x": "codes"}}}}})").c_str())
+                .find("tokens 1 rows: the launch from rows cannot take codes"),
             std::string::npos);
   testing::TempDir dir("tuning_bad");
   std::ofstream(dir.file("broken.json")) << "{ not json";

@@ -92,9 +92,10 @@ class CudaBackend final : public Backend {
   // skinny kernel with a given launch (T <= 16), or quantization and cuBLASLt's block-scaled GEMM.
   void linear_w8a8_skinny(const Tensor& x, const LinearWeight& w, Tensor& out, const SkinnyFp8Config& c);
   void linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out);
-  // linear_fp8_w8a8 on the skinny kernel with a given launch (tests and benchmarks).
+  // linear_fp8_w8a8 through one kernel: the skinny kernel with a given launch, or cuBLASLt.
   void linear_fp8_w8a8_skinny(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
                               const SkinnyFp8Config& c);
+  void linear_fp8_w8a8_cublaslt(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out);
   std::string device_name() const override;
   void set_moe_tuning(MoeTuning tuning) override;                                     // cuda_backend_moe.cc
   MoeTuning tune_moe(const std::vector<MoeTuneCase>& cases,
@@ -164,13 +165,19 @@ class CudaBackend final : public Backend {
                        const std::vector<GatedMlpWeights>& experts, Tensor& out, const MoeRoute* route);
   // cuda_backend_fp8.cc
   void check_fp8_linear(int64_t T, const LinearWeight& w, const Tensor& out) const;
+  // check_fp8_linear plus the codes and scales of linear_fp8_w8a8; their token count.
+  int64_t check_fp8_codes_linear(const Tensor& q, const Tensor& scales, const LinearWeight& w,
+                                 const Tensor& out) const;
   void fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w, Tensor& out);
-  // The skinny launch of a W8A8 linear (the tuned one, else the default), or nothing where cuBLASLt
-  // runs it.
-  std::optional<SkinnyFp8Config> skinny_fp8_choice(const SkinnyFp8Problem& p) const;
+  // The skinny launch of a W8A8 linear (the tuned one, else the default) and whether it was tuned
+  // from codes (Fp8GemmChoice::codes_in), or nothing where cuBLASLt runs it. from_rows: x comes as
+  // BF16 rows whatever the table prefers (the entry's launch from rows).
+  struct SkinnyFp8Pick {
+    SkinnyFp8Config config;
+    bool codes_in = false;
+  };
+  std::optional<SkinnyFp8Pick> skinny_fp8_choice(const SkinnyFp8Problem& p, bool from_rows) const;
   // The skinny problem of linear_fp8_w8a8 (x quantized already).
-  // What a producer's writing an activation's codes costs over writing its BF16 rows, [T, K] (ms).
-  double codes_cost(int64_t T, int64_t K);
   SkinnyFp8Problem skinny_problem_fp8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out);
   // One launch of the skinny FP8 kernel, with its split-K scratch.
   void run_skinny_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c);

@@ -58,10 +58,7 @@ LinearWeight CudaBackend::to_backend(const LinearWeight& w) {
     if (gemm_takes(w) && rows_whole(w) && w.scale_inv.device() == Device::CUDA &&
         w.scale_inv.stride(0) == fp8_scale_row_stride(w.scale_inv.size(1)))
       return w;
-    LinearWeight host = w;
-    host.weight = to_host(w.weight);
-    host.scale_inv = to_host(w.scale_inv);
-    return to_backend(host);
+    return to_backend(host_copy(w));
   }
   if (!gemm_takes(w)) {
     out.weight = to_backend(dequantize(w));
@@ -171,17 +168,18 @@ void CudaBackend::silu_and_mul_fp8(const Tensor& gate, const Tensor& up, Tensor&
 }
 
 void CudaBackend::linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) {
-  int64_t T = q.defined() ? q.size(0) : 0, K = w.in_features(), G = (K + 127) / 128;
-  check_fp8_linear(T, w, out);
-  check_matrix(q, DType::F8_E4M3, T, K, "linear_fp8_w8a8 q");
-  check_scales(scales, T, G, "linear_fp8_w8a8 scales");
-  if (T == 0) return;
+  if (check_fp8_codes_linear(q, scales, w, out) == 0) return;
   // Few tokens: the skinny kernel reads the codes and scales where they are.
   const SkinnyFp8Problem few = skinny_problem_fp8(q, scales, w, out);
-  if (std::optional<SkinnyFp8Config> c = skinny_fp8_choice(few)) {
-    run_skinny_fp8(few, *c);
-    return;
-  }
+  if (std::optional<SkinnyFp8Pick> c = skinny_fp8_choice(few, false))
+    run_skinny_fp8(few, c->config);
+  else
+    linear_fp8_w8a8_cublaslt(q, scales, w, out);
+}
+
+void CudaBackend::linear_fp8_w8a8_cublaslt(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) {
+  const int64_t T = check_fp8_codes_linear(q, scales, w, out), K = w.in_features(), G = (K + 127) / 128;
+  if (T == 0) return;
   const int64_t Tp = padded_tokens(T);
   MLA_CHECK(q.stride(0) % 16 == 0, "linear_fp8_w8a8: the codes' rows must be 16-byte aligned");
   if (in_gemm_layout(scales)) {
@@ -205,10 +203,10 @@ void CudaBackend::linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const L
 void CudaBackend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out) {
   const bool skinny_kind = x.defined() && x.ndim() == 2 && x.dtype() == DType::BF16 && w.is_fp8_block() &&
                            w.weight.defined();
-  std::optional<SkinnyFp8Config> c;
-  if (skinny_kind) c = skinny_fp8_choice(skinny_problem(x, w, nullptr, w.out_features()));
+  std::optional<SkinnyFp8Pick> c;
+  if (skinny_kind) c = skinny_fp8_choice(skinny_problem(x, w, nullptr, w.out_features()), true);
   if (c)
-    linear_w8a8_skinny(x, w, out, *c);
+    linear_w8a8_skinny(x, w, out, c->config);
   else
     linear_w8a8_cublaslt(x, w, out);
 }
@@ -216,14 +214,13 @@ void CudaBackend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& ou
 bool CudaBackend::wants_fp8_input(int64_t T, const LinearWeight& w) const {
   if (!w.is_fp8_block() || !w.weight.defined()) return true;
   // The skinny kernel takes BF16 rows, quantizing them as it reads them, unless the tuned launch
-  // was measured faster from codes with the producer's extra cost counted (Fp8GemmChoice::
-  // codes_in); cuBLASLt takes codes (else a quantization launch). The problem's x is only looked
-  // at for its alignment, which the producers' rows have.
+  // was faster from codes behind a producer writing them (Fp8GemmChoice::codes_in); cuBLASLt
+  // takes codes (else a quantization launch). The problem's x is only looked at for its
+  // alignment, which the producers' rows have.
   SkinnyFp8Problem p{w.weight.raw(), w.in_features(), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
                      w.scale_inv.stride(0), nullptr, 0, false, T, w.out_features(), w.in_features()};
-  if (!skinny_fp8_choice(p)) return true;
-  const std::optional<Fp8GemmChoice> tuned = fp8_tuning_.find(p.N, p.K, p.T);
-  return tuned && tuned->kernel == Fp8GemmChoice::Kernel::Skinny && tuned->codes_in;
+  const std::optional<SkinnyFp8Pick> c = skinny_fp8_choice(p, false);
+  return !c || c->codes_in;
 }
 
 SkinnyFp8Problem CudaBackend::skinny_problem_fp8(const Tensor& q, const Tensor& scales, const LinearWeight& w,
@@ -235,10 +232,7 @@ SkinnyFp8Problem CudaBackend::skinny_problem_fp8(const Tensor& q, const Tensor& 
 
 void CudaBackend::linear_fp8_w8a8_skinny(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
                                          const SkinnyFp8Config& c) {
-  const int64_t T = q.defined() ? q.size(0) : 0;
-  check_fp8_linear(T, w, out);
-  check_matrix(q, DType::F8_E4M3, T, w.in_features(), "linear_fp8_w8a8 q");
-  check_scales(scales, T, (w.in_features() + 127) / 128, "linear_fp8_w8a8 scales");
+  check_fp8_codes_linear(q, scales, w, out);
   run_skinny_fp8(skinny_problem_fp8(q, scales, w, out), c);
 }
 
@@ -249,17 +243,19 @@ SkinnyFp8Problem CudaBackend::skinny_problem(const Tensor& x, const LinearWeight
   return p;
 }
 
-std::optional<SkinnyFp8Config> CudaBackend::skinny_fp8_choice(const SkinnyFp8Problem& p) const {
+std::optional<CudaBackend::SkinnyFp8Pick> CudaBackend::skinny_fp8_choice(const SkinnyFp8Problem& p,
+                                                                         bool from_rows) const {
   if (p.T > kSkinnyFp8MaxRows || !skinny_gemm_fp8_fits(p)) return std::nullopt;
-  if (std::optional<Fp8GemmChoice> tuned = fp8_tuning_.find(p.N, p.K, p.T)) {
+  if (std::optional<Fp8GemmChoice> tuned =
+          from_rows ? fp8_tuning_.find_from_rows(p.N, p.K, p.T) : fp8_tuning_.find(p.N, p.K, p.T)) {
     if (tuned->kernel == Fp8GemmChoice::Kernel::Cublaslt) return std::nullopt;
     SkinnyFp8Config c{tuned->row_tiles, tuned->splits, tuned->k_warps, tuned->depth};
     if (skinny_gemm_fp8_valid(c, p.K) && skinny_gemm_fp8_blocks(p, c) <= kSkinnyCounters &&
         (c.depth == 0 || skinny_gemm_fp8_staged_fits(p.T, p.K, c)))
-      return c;
+      return SkinnyFp8Pick{c, tuned->codes_in};
   }
   if (p.T > kSkinnyFp8DefaultMaxRows) return std::nullopt;
-  return skinny_gemm_fp8_default(p.N, p.K, p.T, 1, num_sms_);
+  return SkinnyFp8Pick{skinny_gemm_fp8_default(p.N, p.K, p.T, 1, num_sms_)};
 }
 
 void CudaBackend::linear_w8a8_skinny(const Tensor& x, const LinearWeight& w, Tensor& out, const SkinnyFp8Config& c) {
@@ -296,6 +292,15 @@ void CudaBackend::linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, T
   launch_quantize_fp8_per_token_group(x.raw(), x.stride(0), T, K, 128, q.raw(), K, scales_t.data<float>(), 1, Tp,
                                       stream_);
   fp8_block_gemm(q.raw(), K, scales_t, w, out);
+}
+
+int64_t CudaBackend::check_fp8_codes_linear(const Tensor& q, const Tensor& scales, const LinearWeight& w,
+                                            const Tensor& out) const {
+  const int64_t T = q.defined() ? q.size(0) : 0;
+  check_fp8_linear(T, w, out);
+  check_matrix(q, DType::F8_E4M3, T, w.in_features(), "linear_fp8_w8a8 q");
+  check_scales(scales, T, (w.in_features() + 127) / 128, "linear_fp8_w8a8 scales");
+  return T;
 }
 
 void CudaBackend::check_fp8_linear(int64_t T, const LinearWeight& w, const Tensor& out) const {

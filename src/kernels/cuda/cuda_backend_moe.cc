@@ -49,12 +49,9 @@ void dequantize_fp8_experts(std::vector<GatedMlpWeights>& experts, CudaBackend& 
   for (GatedMlpWeights& m : experts)
     for (LinearWeight* w : {&m.gate, &m.up, &m.down}) {
       if (!w->is_fp8_block()) continue;
-      LinearWeight host = *w;
-      host.weight = b.to_host(w->weight);
-      host.scale_inv = b.to_host(w->scale_inv);
-      host.pad_rows = 0;
+      const Tensor dense = dequantize(b.host_copy(*w));
       *w = LinearWeight{};
-      w->weight = b.to_backend(dequantize(host));
+      w->weight = b.to_backend(dense);
     }
 }
 

@@ -18,7 +18,7 @@
 // With x quantized already (QX), a thread loads those 16 bytes of its tokens' rows as they are,
 // and the scales of its C columns' tokens.
 //
-// This is the form with x in the loop (`depth` 0), the only one past 8 tokens. The staged form
+// This is the form with x in the loop (`depth` 0), the only one past 16 tokens. The staged form
 // (skinny_gemm_fp8_staged.cu) keeps x in shared memory and more weight bytes in flight; the tuned
 // table picks between them per shape and token count.
 //

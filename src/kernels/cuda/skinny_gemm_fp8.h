@@ -2,7 +2,7 @@
 // 128 x 128 blocks (one fp32 scale each) and x BF16, quantized inside the kernel per token per 128
 // channels as launch_quantize_fp8_per_token_group does (so no separate quantization launch, and no
 // padding of the tokens to cuBLASLt's 16), or x quantized already by the kernel that made it. The
-// weight streams once. Up to 8 tokens a second form stages x in shared memory first
+// weight streams once. Up to 16 tokens a second form stages x in shared memory first
 // (SkinnyFp8Config::depth).
 //
 // Batched (grid z), it is also the FP8 BMM of the absorbed MLA projections: one such product a
@@ -34,7 +34,7 @@ struct SkinnyFp8Config {
   int row_tiles = 4;  // 1, 2 or 4
   int splits = 1;     // 1 .. kSkinnyGemmMaxSplits
   int k_warps = 8;    // 1, 2, 4 or 8
-  // 0: x read in the loop as weights are (any tokens). 2-4 (up to 8 tokens): x staged in shared
+  // 0: x read in the loop as weights are (any tokens). 2-4 (up to 16 tokens): x staged in shared
   // memory first, and each warp's weights through a ring of this many K-blocks (row_tiles 1 or 2;
   // 4 takes 2).
   int depth = 0;
@@ -71,7 +71,7 @@ bool skinny_gemm_fp8_fits(const SkinnyFp8Problem& p);
 // Whether a configuration is one the kernel has (row_tiles 1/2/4, k_warps 1/2/4/8, splits 1..8, no
 // more splits than K-blocks; depth 0, or 2-4 with row_tiles 1-2, 2 with 4).
 bool skinny_gemm_fp8_valid(const SkinnyFp8Config& c, int64_t K);
-// Whether the staged form (depth > 0) takes these operands: up to 8 tokens whose K range a split
+// Whether the staged form (depth > 0) takes these operands: up to 16 tokens whose K range a split
 // fits shared memory.
 bool skinny_gemm_fp8_staged_fits(int64_t T, int64_t K, const SkinnyFp8Config& c);
 // The configuration used where no tuned one exists (tune-fp8-gemm measures the others).

@@ -1,4 +1,4 @@
-// The staged form of the skinny FP8 GEMM (skinny_gemm_fp8.h, `depth` > 0): up to 8 tokens, x
+// The staged form of the skinny FP8 GEMM (skinny_gemm_fp8.h, `depth` > 0): up to 16 tokens, x
 // quantized into shared memory once a CTA, each warp's weights through a ring of `depth` K-blocks
 // of registers. The fragment order and the sums are skinny_gemm_fp8.cu's, so a launch gives the
 // bits of the register form's launch of the same rows, splits and warps.
@@ -23,19 +23,20 @@ using mma::smem_u32;
 namespace {
 
 // Bytes of shared memory the staged kernel takes for T tokens over a K range of kb K-blocks: the
-// codes in rows kb * 128 + 16 apart (the 16 put the 8 tokens' rows in different banks), then the
-// scales.
+// codes in rows kb * 128 + 16 apart (the 16 put a token tile's 8 rows in different banks), then
+// the scales.
 __host__ __device__ constexpr int64_t staged_codes_bytes(int64_t T, int64_t kb) { return T * (kb * kBlockK + 16); }
 int64_t staged_smem_bytes(int64_t T, int64_t kb) { return staged_codes_bytes(T, kb) + 4 * T * kb; }
 
-// The form for up to 8 tokens with the activation staged in shared memory: each CTA first has the
+// The form for up to 8 NT tokens with the activation staged in shared memory: each CTA first has the
 // first D K-blocks of its weights in flight (issued before the PDL wait, as no kernel writes
 // weights), then quantizes the tokens' K range into shared memory once (or copies the codes and
 // scales, QX), and each warp streams its weights through a ring of D K-blocks of registers. With x
 // out of the loop, the registers that held two K-blocks of weights and x's hold D of weights; the
 // quantization runs once a CTA, not once a warp; and the first loads overlap the previous kernel.
 // Short K (q_b's 12 blocks) gains most: a warp has few blocks over which to hide a load's latency.
-template <int RT, int WK, int D, bool QX>
+// At 9-16 tokens (NT 2) each weight fragment meets both token tiles' codes, as in the register form.
+template <int RT, int NT, int WK, int D, bool QX>
 __global__ void __launch_bounds__(kWarps * 32)
     skinny_fp8_staged_kernel(const void* __restrict__ x_raw, int64_t ldx, const float* __restrict__ xs,
                              int64_t xs_t, int64_t xs_g, const uint8_t* __restrict__ w, int64_t ldw,
@@ -44,7 +45,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                              int64_t out_batch, SkinnySplit split) {
   constexpr int WR = kWarps / WK;
   extern __shared__ __align__(16) uint8_t staged[];
-  __shared__ float red[kWarps][RT * 4 * 32];
+  __shared__ float red[kWarps][RT * NT * 4 * 32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int wr = warp / WK, wk = warp % WK;
   w += blockIdx.z * w_batch;
@@ -118,29 +119,44 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   __syncthreads();
 
-  const bool tok = g < T, col_tok[2] = {2 * t4 < T, 2 * t4 + 1 < T};
-  const uint8_t* x_row = x_s + (tok ? g : 0) * ld_s + 16 * t4;
-  float acc[RT][1][4] = {};
+  // Token 8 j + g's row (row A of the MMA's B operand), and whether C column c of token tile j
+  // (token 8 j + 2 t4 + c) is a token.
+  bool tok[NT], col_tok[NT][2];
+  const uint8_t* x_row[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    tok[j] = 8 * j + g < T;
+    x_row[j] = x_s + (tok[j] ? 8 * j + g : 0) * ld_s + 16 * t4;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) col_tok[j][c] = 8 * j + 2 * t4 + c < T;
+  }
+  float acc[RT][NT][4] = {};
   auto step = [&](const Slot& sl, int i) {
     const int b = wk + i * WK;  // K-block in the range
-    uint4 xq[2];
+    uint4 xq[NT][2];
+    float col_scale[NT][2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) xq[h] = tok ? *reinterpret_cast<const uint4*>(x_row + b * kBlockK + 64 * h) : zero;
-    float col_scale[2];
+    for (int j = 0; j < NT; ++j) {
 #pragma unroll
-    for (int c = 0; c < 2; ++c) col_scale[c] = col_tok[c] ? scale_s[(2 * t4 + c) * nkb + b] : 0.f;
+      for (int h = 0; h < 2; ++h)
+        xq[j][h] = tok[j] ? *reinterpret_cast<const uint4*>(x_row[j] + b * kBlockK + 64 * h) : zero;
 #pragma unroll
-    for (int rt = 0; rt < RT; ++rt) {
-      float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint4 a = sl.w[rt][0][h], bw = sl.w[rt][1][h];
-        mma::mma_e4m3(d, {a.x, bw.x, a.y, bw.y}, xq[h].x, xq[h].y);
-        mma::mma_e4m3(d, {a.z, bw.z, a.w, bw.w}, xq[h].z, xq[h].w);
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[rt][0][e] += d[e] * (sl.scale[rt] * col_scale[e & 1]);
+      for (int c = 0; c < 2; ++c) col_scale[j][c] = col_tok[j][c] ? scale_s[(8 * j + 2 * t4 + c) * nkb + b] : 0.f;
     }
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint4 a = sl.w[rt][0][h], bw = sl.w[rt][1][h];
+          mma::mma_e4m3(d, {a.x, bw.x, a.y, bw.y}, xq[j][h].x, xq[j][h].y);
+          mma::mma_e4m3(d, {a.z, bw.z, a.w, bw.w}, xq[j][h].z, xq[j][h].w);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[rt][j][e] += d[e] * (sl.scale[rt] * col_scale[j][e & 1]);
+      }
   };
   // Slot d holds block i0 + d: used, then refilled with block i0 + d + D.
   for (int i0 = 0; i0 < mine; i0 += D) {
@@ -152,15 +168,15 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 
-  reduce_and_store<RT, 1, WK>(acc, &red[0][0], T, 0, cta_n0, N, out, ldo, out_f32, out_batch, split);
+  reduce_and_store<RT, NT, WK>(acc, &red[0][0], T, 0, cta_n0, N, out, ldo, out_f32, out_batch, split);
 }
 
 // The staged form's shared memory stays under this (two CTAs of the largest still fit an SM).
 constexpr int64_t kStagedMaxSmem = 96 * 1024;
 
-template <int RT, int WK, int D, bool QX>
+template <int RT, int NT, int WK, int D, bool QX>
 void launch_form(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
-  auto* kernel = skinny_fp8_staged_kernel<RT, WK, D, QX>;
+  auto* kernel = skinny_fp8_staged_kernel<RT, NT, WK, D, QX>;
   static const bool sized = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStagedMaxSmem)));
     return true;
@@ -173,12 +189,20 @@ void launch_form(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit spli
              int(p.N), int(p.K), p.x_batch, p.w_batch, p.ws_batch, p.out_batch, split);
 }
 
+template <int RT, int WK, int D, bool QX>
+void launch_staged_tokens(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
+  if constexpr (RT < 4) {
+    if (p.T > 8) return launch_form<RT, 2, WK, D, QX>(p, row_blocks, split, stream);
+  }
+  launch_form<RT, 1, WK, D, QX>(p, row_blocks, split, stream);
+}
+
 template <int RT, int WK, int D>
 void launch_staged_inputs(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
   if (p.x_scales)
-    launch_form<RT, WK, D, true>(p, row_blocks, split, stream);
+    launch_staged_tokens<RT, WK, D, true>(p, row_blocks, split, stream);
   else
-    launch_form<RT, WK, D, false>(p, row_blocks, split, stream);
+    launch_staged_tokens<RT, WK, D, false>(p, row_blocks, split, stream);
 }
 
 template <int WK>
@@ -199,7 +223,8 @@ void launch_staged_rows(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int
 
 bool skinny_gemm_fp8_staged_fits(int64_t T, int64_t K, const SkinnyFp8Config& c) {
   const int64_t range = (K / kBlockK + c.splits - 1) / c.splits;
-  return T <= 8 && staged_smem_bytes(T, range) <= kStagedMaxSmem;
+  // Four 16-row tiles a warp over two token tiles spill (ptxas, 52-208 bytes a thread).
+  return (T <= 8 || (T <= kSkinnyFp8MaxRows && c.row_tiles < 4)) && staged_smem_bytes(T, range) <= kStagedMaxSmem;
 }
 
 namespace skinny_fp8 {
@@ -207,8 +232,8 @@ namespace skinny_fp8 {
 void launch_staged(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t rb, SkinnySplit split,
                    cudaStream_t stream) {
   MLA_CHECK(skinny_gemm_fp8_staged_fits(p.T, p.K, c),
-            "skinny FP8 GEMM: T={} K={} with {} stages more than 8 tokens or {} bytes of x", p.T, p.K, to_string(c),
-            kStagedMaxSmem);
+            "skinny FP8 GEMM: T={} K={} with {} stages more than {} tokens or {} bytes of x", p.T, p.K, to_string(c),
+            kSkinnyFp8MaxRows, kStagedMaxSmem);
   switch (c.k_warps) {
     case 1: launch_staged_rows<1>(p, c, rb, split, stream); break;
     case 2: launch_staged_rows<2>(p, c, rb, split, stream); break;
