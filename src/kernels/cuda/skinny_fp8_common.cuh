@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/read_once.cuh"
 #include "kernels/cuda/skinny_common.cuh"
 #include "kernels/cuda/skinny_gemm_fp8.h"
@@ -148,6 +149,17 @@ struct WeightRows {
     }
   }
 };
+
+// One 16-row tile's K-block (rows g and g + 8, [row][half] as WeightRows::load gives them) against
+// one token tile's codes of the same K-block ([half], 16 bytes each): four m16n8k32 MMAs into d.
+__device__ __forceinline__ void mma_kblock(float (&d)[4], const uint4 (&w)[2][2], const uint4 (&x)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint4 a = w[0][h], b = w[1][h];
+    mma::mma_e4m3(d, {a.x, b.x, a.y, b.y}, x[h].x, x[h].y);
+    mma::mma_e4m3(d, {a.z, b.z, a.w, b.w}, x[h].z, x[h].w);
+  }
+}
 
 // Rows a CTA takes.
 inline int64_t row_blocks(int64_t N, const SkinnyFp8Config& c) {

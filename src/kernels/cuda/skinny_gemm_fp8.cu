@@ -35,7 +35,6 @@
 #include "common/error.h"
 #include "kernels/cuda/alignment.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/read_once.cuh"
 #include "kernels/cuda/skinny_fp8_common.cuh"
@@ -134,16 +133,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 
     // The tokens' group of 128: amax over the four lanes of a token, scale, e4m3 codes (or, QX,
     // the codes and scales as loaded).
-    uint32_t xq[NT][2][4];
+    uint4 xq[NT][2];  // [token tile][half]
     float col_scale[NT][2];  // the scales of this thread's C columns: tokens 2 t4 and 2 t4 + 1
     if constexpr (QX) {
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint4 v = cur.x[j][h][0];
-          xq[j][h][0] = v.x, xq[j][h][1] = v.y, xq[j][h][2] = v.z, xq[j][h][3] = v.w;
-        }
+        for (int h = 0; h < 2; ++h) xq[j][h] = cur.x[j][h][0];
         col_scale[j][0] = cur.xscale[j][0], col_scale[j][1] = cur.xscale[j][1];
       }
     } else {
@@ -161,13 +157,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
         const float s = fmaxf(amax, kFp8MinAmax) / kE4m3Max, r = __frcp_rn(s);
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int u = 0; u < 2; ++u) {
-            const uint4 v = cur.x[j][h][u];
-            xq[j][h][2 * u] = quantize_pair(v.x, s, r) | (quantize_pair(v.y, s, r) << 16);
-            xq[j][h][2 * u + 1] = quantize_pair(v.z, s, r) | (quantize_pair(v.w, s, r) << 16);
-          }
+        for (int h = 0; h < 2; ++h) {
+          const uint4 lo = cur.x[j][h][0], hi = cur.x[j][h][1];  // the first and second 8 values
+          xq[j][h] = make_uint4(quantize_pair(lo.x, s, r) | (quantize_pair(lo.y, s, r) << 16),
+                                quantize_pair(lo.z, s, r) | (quantize_pair(lo.w, s, r) << 16),
+                                quantize_pair(hi.x, s, r) | (quantize_pair(hi.y, s, r) << 16),
+                                quantize_pair(hi.z, s, r) | (quantize_pair(hi.w, s, r) << 16));
+        }
         col_scale[j][0] = __shfl_sync(0xffffffffu, s, 8 * t4);
         col_scale[j][1] = __shfl_sync(0xffffffffu, s, 8 * t4 + 4);
       }
@@ -178,12 +174,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint4 a = cur.w[rt][0][h], bw = cur.w[rt][1][h];
-          mma::mma_e4m3(d, {a.x, bw.x, a.y, bw.y}, xq[j][h][0], xq[j][h][1]);
-          mma::mma_e4m3(d, {a.z, bw.z, a.w, bw.w}, xq[j][h][2], xq[j][h][3]);
-        }
+        mma_kblock(d, cur.w[rt], xq[j]);
         // d: rows g (0, 1) and g + 8 (2, 3), tokens 2 t4 (0, 2) and 2 t4 + 1 (1, 3).
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[rt][j][i] += d[i] * (cur.wscale[rt] * col_scale[j][i & 1]);

@@ -148,12 +148,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint4 a = sl.w[rt][0][h], bw = sl.w[rt][1][h];
-          mma::mma_e4m3(d, {a.x, bw.x, a.y, bw.y}, xq[j][h].x, xq[j][h].y);
-          mma::mma_e4m3(d, {a.z, bw.z, a.w, bw.w}, xq[j][h].z, xq[j][h].w);
-        }
+        mma_kblock(d, sl.w[rt], xq[j]);
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[rt][j][e] += d[e] * (sl.scale[rt] * col_scale[j][e & 1]);
       }
