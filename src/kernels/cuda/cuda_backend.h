@@ -168,6 +168,8 @@ class CudaBackend final : public Backend {
   // check_fp8_linear plus the codes and scales of linear_fp8_w8a8; their token count.
   int64_t check_fp8_codes_linear(const Tensor& q, const Tensor& scales, const LinearWeight& w,
                                  const Tensor& out) const;
+  // linear_fp8_w8a8 on cuBLASLt, its operands checked already (check_fp8_codes_linear) and T > 0.
+  void fp8_codes_gemm(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out);
   void fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w, Tensor& out);
   // The skinny launch of a W8A8 linear (the tuned one, else the default) and whether it was tuned
   // from codes (Fp8GemmChoice::codes_in), or nothing where cuBLASLt runs it. from_rows: x comes as

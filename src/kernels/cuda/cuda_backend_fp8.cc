@@ -174,12 +174,15 @@ void CudaBackend::linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const L
   if (std::optional<SkinnyFp8Pick> c = skinny_fp8_choice(few, false))
     run_skinny_fp8(few, c->config);
   else
-    linear_fp8_w8a8_cublaslt(q, scales, w, out);
+    fp8_codes_gemm(q, scales, w, out);
 }
 
 void CudaBackend::linear_fp8_w8a8_cublaslt(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) {
-  const int64_t T = check_fp8_codes_linear(q, scales, w, out), K = w.in_features(), G = (K + 127) / 128;
-  if (T == 0) return;
+  if (check_fp8_codes_linear(q, scales, w, out) > 0) fp8_codes_gemm(q, scales, w, out);
+}
+
+void CudaBackend::fp8_codes_gemm(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) {
+  const int64_t T = q.size(0), K = w.in_features(), G = (K + 127) / 128;
   const int64_t Tp = padded_tokens(T);
   MLA_CHECK(q.stride(0) % 16 == 0, "linear_fp8_w8a8: the codes' rows must be 16-byte aligned");
   if (in_gemm_layout(scales)) {
