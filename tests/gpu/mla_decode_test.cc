@@ -37,6 +37,10 @@ class MlaDecode : public GpuTest {
   bool pages64 = false;    // seqs in random whole pages of 64 slots (kv_page_size 64), as --page-size 64
   bool cp_async = false;   // no TMA even over pages of 64
   bool absorb = false;     // mla_decode_absorb_out: W_UV's projection (v = 128) checked too
+  // Keys of tile t (64 t.. of each seq) times tile_gain[t] (the last gain for the tiles after):
+  // scores whose maximum jumps from tile to tile, so that the kernels rescale their running sums (q
+  // is then rounded to BF16 for both sides, as such scores would magnify its rounding).
+  std::vector<float> tile_gain;
 
   // Captures plan + run of a 3-seq batch in a graph and replays it with other lengths (below).
   void replay_with_new_lengths(int64_t H);
@@ -100,6 +104,21 @@ class MlaDecode : public GpuTest {
     HostMd m = make_md(b, num_slots, seed + 11);
     m.dev.batch_id = batch_id;
     Tensor q = random_f32({m.T, H, 576}, seed + 1), cache = random_f32({num_slots, 576}, seed + 2);
+    if (!tile_gain.empty()) {
+      for (int64_t i = 0; i < q.numel(); ++i) {  // round to nearest even BF16
+        uint32_t u;
+        std::memcpy(&u, q.data<float>() + i, 4);
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        std::memcpy(q.data<float>() + i, &u, 4);
+      }
+      const int32_t* ks = m.host.kv_start.data<int32_t>();
+      for (size_t i = 0; i < b.seq_lens.size(); ++i)
+        for (int32_t k = 0; k < b.seq_lens[i]; ++k) {
+          float* row = cache.data<float>() + int64_t(m.host.kv_indices.data<int32_t>()[ks[i] + k]) * 576;
+          const float gain = tile_gain[std::min(size_t(k / 64), tile_gain.size() - 1)];
+          for (int c = 0; c < 576; ++c) row[c] *= gain;
+        }
+    }
     const bool fp8 = fp8_kv_scale > 0;
     const float kv_scale = fp8 ? fp8_kv_scale : 1.0f;
     Tensor stored = stored_cache(cache, fp8_kv_scale);
@@ -229,6 +248,33 @@ TEST_F(MlaDecode, PairedKernelOnOddRuns) {
   for (int i = 0; i < 300; ++i) lens.push_back(1 + (i * 37) % 190), queries.push_back(1);
   EXPECT_LE(check({lens, queries}, 128), kTol);
   EXPECT_LE(check({{33, 64 * 9 + 1, 700}, {33, 2, 5}}, 16, 4), kTol);
+}
+
+TEST_F(MlaDecode, ScoresThatJumpRescaleTheSums) {
+  // Scores whose row maximum jumps by more than the kernels let a running maximum lag (2^8) at
+  // tiles 1, 2 and 3, then stays: the paired kernel rescales O, the sums, and the P0 that warpgroup
+  // 0 hands over before it knows m1 (tile 2's, which the tiles after do not outweigh), over the TMA
+  // and cp.async; the other kernels alike. `many`: 140 jobs of 6-7 tiles at 128 heads, whole to
+  // CTAs, so that every CTA runs the pairs (0, 1), (2, 3), (4, 5); `few`: jobs cut between CTAs.
+  tile_gain = {1.f, 4.f, 10.f, 25.f};
+  Batch many;
+  for (int i = 0; i < 70; ++i) many.seq_lens.push_back(64 * 6 + (i * 37) % 64), many.queries.push_back(1);
+  const Batch few{{700, 129, 64 * 9 + 1, 64 * 6}, {1, 1, 1, 1}};
+  for (bool pages : {false, true}) {
+    pages64 = pages;
+    for (bool no_tma : {false, true}) {
+      cp_async = no_tma;
+      EXPECT_LE(check(many, 128), kTol) << pages << no_tma;
+      EXPECT_LE(check(few, 16, 4), kTol) << pages << no_tma;
+    }
+  }
+  cp_async = pages64 = false;
+  EXPECT_LE(check(few, 16), kTol);
+  two_stage = true;
+  EXPECT_LE(check(many, 128), kTol);
+  two_stage = false;
+  mma_sync = true;
+  EXPECT_LE(check(few, 128), kTol);
 }
 
 TEST_F(MlaDecode, Fp8CacheOnEveryKernel) {

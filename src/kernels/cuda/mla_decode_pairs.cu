@@ -6,11 +6,17 @@
 // and its softmax while the other waits, and the tile after next can only be fetched once both are
 // done with a ring slot. Here warpgroup 0 owns O[:, 0:256] and the first tile of each pair (in k0),
 // warpgroup 1 owns O[:, 256:512] and the second (in k1); both compute an S at the same time, and one
-// warpgroup's softmax overlaps the other's MMAs. Per pair, with m the running row max:
-//   wg0: S0 = Q K0^T; m0 = max(m, rowmax S0); P0 = exp(S0 - m0); O_L = O_L e^(m - m0) + P0 V0_L;
-//        then, given m1 from wg1: O_L = O_L e^(m0 - m1) + P1 V1_L, with P1 read from shared memory.
-//   wg1: S1 = Q K1^T; given m0: m1 = max(m0, rowmax S1); P1 = exp(S1 - m1);
-//        O_R = O_R e^(m - m1) + P1 V1_R + (P0 e^(m0 - m1)) V0_R, with that P0 written by wg0.
+// warpgroup's softmax overlaps the other's MMAs. Per pair, with m the running row max, which moves
+// to a new row maximum only when that passes it by more than 2^8 (lazy_max; else it stays):
+//   wg0: S0 = Q K0^T; m0 = lazy_max(m, rowmax S0); P0 = exp(S0 - m0); O_L = O_L e^(m - m0) + P0 V0_L;
+//        P0 to shared memory for wg1 at once; then, given m1 from wg1: O_L = O_L e^(m0 - m1) + P1 V1_L,
+//        with P1 read from shared memory.
+//   wg1: S1 = Q K1^T; given m0: m1 = lazy_max(m0, rowmax S1); P1 = exp(S1 - m1);
+//        O_R = O_R e^(m - m1) + P1 V1_R + (P0 e^(m0 - m1)) V0_R, multiplying wg0's P0 in shared
+//        memory by e^(m0 - m1) first in the rare pair where that is not 1 for some row.
+// With the lazy maximum wg0 need not wait for m1 before it hands P0 over: that wait and the multiply
+// were on the path from one pair's S0 to the next. (The next pair's P0 cannot overwrite this one
+// early: it follows the next S0, which waits for block 8's refill, issued after wg1's P0 V0_R.)
 // Each warpgroup sums the probabilities it made (rescaled alike); the two sums meet at the job's end.
 //
 // Shared memory: Q and the two tiles (73.7 KB each, 9 blocks of 64 columns in the 128-byte swizzle
@@ -26,8 +32,8 @@
 // A pair is two tiles of one job; at a job's end (or the CTA's) the second may be absent: its keys
 // are masked, and its slots load as zeros (cp.async) or keep the finite values they hold (TMA).
 //
-// Over a cache laid out in pages of 64 keys (MlaDecodeParams::cache_tma), the first thread of the
-// refilling warpgroup asks the TMA for each 64 x 64 block instead: no copy issue and no address
+// Over a cache laid out in pages of 64 keys (MlaDecodeParams::cache_tma), a thread of the refilling
+// warpgroup asks the TMA for each 64 x 64 block instead: no copy issue and no address
 // arithmetic in the MMA warpgroups. A tile then also brings the rows of its page past the seq's
 // last key, which nothing wrote: the warpgroup that computed S over the tile zeroes them in
 // columns 0..511 (V) before any P V reads them, since 0 times a NaN is a NaN.
@@ -74,8 +80,26 @@ using wgmma::bar_sync;
 // Named barriers between the warpgroups (0 is __syncthreads).
 constexpr int kBarScale0 = 1;  // wg0 -> wg1: m0 and e^(m - m0) of this pair are in shared memory
 constexpr int kBarScale1 = 2;  // wg1 -> wg0: m1 and e^(m0 - m1)
-constexpr int kBarP0 = 3;      // wg0 -> wg1: P0 e^(m0 - m1) is in k0's block 8
+constexpr int kBarP0 = 3;      // wg0 -> wg1: P0 (against m0) is in k0's block 8
 constexpr int kBarP1 = 4;      // wg1 -> wg0: P1 is in k1's block 8
+constexpr int kBarFixP0 = 5;   // wg1 alone: whether P0 needs rescaling, then that it is rescaled
+
+// The running maximum moves only when a row's new maximum passes it by more than this (log2 units):
+// probabilities up to 2^8 are exact in the sums, and most pairs then keep every factor at 1, so
+// warpgroup 0 hands P0 over without waiting for m1 (wg1 rescales it in the rare pair that moves).
+constexpr float kLazyMax = 8.f;
+__device__ __forceinline__ float lazy_max(float m, float mx) { return mx > m + kLazyMax ? mx : m; }
+
+// bar.red.or over `threads` threads of named barrier `id`: whether any of them passed true.
+__device__ __forceinline__ bool bar_any(int id, int threads, bool pred) {
+  uint32_t r;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+      : "memory");
+  return r != 0;
+}
 
 // Tiles `tile` and (if `two`) tile + 1 of job `job_idx`; `last` ends the job's part in this CTA.
 // Only what the loads need of the job is kept (registers are short); the rest is read when used.
@@ -113,26 +137,31 @@ __device__ __forceinline__ void pack_p(const float (&sc)[32], uint32_t (&pa)[4][
   }
 }
 
-// Stores P (fragments pa of this warp's 16 rows, times mul[0] / mul[1] for rows r0 / r0 + 8 when
-// kScale) as a K-major [64 rows, 64 keys] block in the 128-byte swizzle layout, for the other
-// warpgroup's A operand. pa[k] holds keys 16 k..16 k + 15 of rows r0 and r0 + 8 as four 8x8
-// matrices (keys 16 k.. / 16 k + 8.. times rows r0 / r0 + 8): one stmatrix each k.
-template <bool kScale>
-__device__ __forceinline__ void store_p(uint32_t block, int tid, const uint32_t (&pa)[4][4], const float (&mul)[2]) {
+// Stores P (fragments pa of this warp's 16 rows) as a K-major [64 rows, 64 keys] block in the 128-byte
+// swizzle layout, for the other warpgroup's A operand. pa[k] holds keys 16 k..16 k + 15 of rows r0 and
+// r0 + 8 as four 8x8 matrices (keys 16 k.. / 16 k + 8.. times rows r0 / r0 + 8): one stmatrix each k.
+__device__ __forceinline__ uint32_t p_chunk_addr(uint32_t block, int tid, int k) {
   const int lane = tid % 32, row = (tid % 128) / 32 * 16 + (lane >> 3 & 1) * 8 + (lane & 7);
+  return block + row * 128 + (((2 * k + (lane >> 4)) ^ (lane & 7)) * 16);
+}
+__device__ __forceinline__ void store_p(uint32_t block, int tid, const uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) mma::stsm_x4(p_chunk_addr(block, tid, k), pa[k]);
+}
+
+// Multiplies the P block that store_p wrote by mul[0] / mul[1] for rows r0 / r0 + 8 (this thread's).
+__device__ __forceinline__ void rescale_p(uint32_t block, int tid, const float (&mul)[2]) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
+    const uint32_t addr = p_chunk_addr(block, tid, k);
     uint32_t v[4];
+    mma::ldsm_x4(v, addr);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      v[i] = pa[k][i];
-      if constexpr (kScale) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[i]));
-        v[i] = pack_bf16(f.x * mul[i & 1], f.y * mul[i & 1]);
-      }
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[i]));
+      v[i] = pack_bf16(f.x * mul[i & 1], f.y * mul[i & 1]);
     }
-    const int chunk = 2 * k + (lane >> 4);
-    mma::stsm_x4(block + row * 128 + ((chunk ^ (lane & 7)) * 16), v);
+    mma::stsm_x4(addr, v);
   }
 }
 
@@ -219,7 +248,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Copies block b of a tile (rows at slots sl) into `tile` and arrives on the block's barrier.
   auto load_block = [&](uint32_t tile, uint32_t bars, int b, const Slots& sl) {
     if constexpr (kTma) {
-      if (tid % 128 == 0) {
+      // The first lanes of the four warps take turns: a TMA instruction holds its warp 100-200
+      // cycles, and the warpgroup's next MMAs wait for its slowest warp.
+      if (tid % 128 == (b % 4) * 32) {
         if (sl.s[0] >= 0) {
           mbar::arrive_expect_tx(bars + b * 8, kBlockBytes);
           tma::load_2d(tile + b * kBlockBytes, &p.cache_map, b * 64, sl.s[0], bars + b * 8);
@@ -353,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mask_max(sc, cur.tile, true, vis, mx);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float m0 = fmaxf(m_run[h], mx[h]);
+        const float m0 = lazy_max(m_run[h], mx[h]);
         scale0[h] = rescale_of(m_run[h], m0);
         m_run[h] = m0;
         l_run[h] *= scale0[h];
@@ -372,14 +403,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::mma_m64n256k16_rs<1>(o, pa[ks], wgmma::desc_sw128(sK0 + ks * 16 * 128, kBlockBytes, 1024), true);
       wgmma::commit();
 
-      // ---- P0 e^(m0 - m1) for wg1 while P0 V0_L runs (which only reads pa): wg1's P V wait on it.
-      // Straight-line code until the wait below, so that ptxas keeps o in flight.
+      // ---- P0 for wg1 while P0 V0_L runs (which only reads pa): wg1's P V wait on it. It is P0 against
+      // m0, which is P0 against m1 unless some row's maximum moved (then wg1 rescales it), so it goes
+      // before m1 is known. Straight-line code until the wait below, so that ptxas keeps o in flight.
+      store_p(sK0 + 8 * kBlockBytes, tid, pa);
+      wgmma::fence_async_smem();
+      bar_arrive(kBarP0, kThreads);
       bar_sync(kBarScale1, kThreads);
       const float scale1[2] = {s_scale[kM + r0], s_scale[kM + r0 + 8]};
       m_run[0] = s_max[kM + r0], m_run[1] = s_max[kM + r0 + 8];
-      store_p<true>(sK0 + 8 * kBlockBytes, tid, pa, scale1);
-      wgmma::fence_async_smem();
-      bar_arrive(kBarP0, kThreads);
       wgmma::wait<0>();
       wgmma::fence_operand(o);
       if (nxt.valid)
@@ -408,14 +440,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       // ---- S1 and its softmax given m0, then O_R = O_R e^(m - m1) + (P0 e^(m0 - m1)) V0_R + P1 V1_R
       scores(sK1, bars1, parity, sc, std::integral_constant<int, 4>{});
       if (cur.two) zero_rows_past_end(sK1, cur, cur.tile + 1);
-      float mx[2], scale01[2];
+      float mx[2], scale01[2], p0_scale[2];
+      bool p0_moves = false;
       mask_max(sc, cur.tile + 1, cur.two, vis, mx);
       bar_sync(kBarScale0, kThreads);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = r0 + 8 * h;
-        const float m0 = s_max[r], m1 = fmaxf(m0, mx[h]);
+        const float m0 = s_max[r], m1 = lazy_max(m0, mx[h]);
         const float scale1 = rescale_of(m0, m1);
+        p0_scale[h] = scale1;
+        p0_moves |= scale1 != 1.f && m0 != -INFINITY;  // a row with no keys yet has P0 = 0
         scale01[h] = s_scale[r] * scale1;
         m_run[h] = m1;
         l_run[h] *= scale01[h];
@@ -424,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       bar_arrive(kBarScale1, kThreads);
       exponentiate(sc, m_run, l_run);
       pack_p(sc, pa);
-      store_p<false>(sK1 + 8 * kBlockBytes, tid, pa, scale01);
+      store_p(sK1 + 8 * kBlockBytes, tid, pa);
       wgmma::fence_async_smem();
       bar_arrive(kBarP1, kThreads);
       rescale_o(o, scale01);
@@ -436,6 +471,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             o, pa[ks], wgmma::desc_sw128(sK1 + 4 * kBlockBytes + ks * 16 * 128, kBlockBytes, 1024), true);
       wgmma::commit();
       bar_sync(kBarP0, kThreads);
+      if (bar_any(kBarFixP0, 128, p0_moves)) {
+        rescale_p(sK0 + 8 * kBlockBytes, tid, p0_scale);
+        wgmma::fence_async_smem();
+        bar_sync(kBarFixP0, 128);
+      }
+      wgmma::fence();  // here, not in the branch above: ptxas serializes the MMAs otherwise (C7520)
 #pragma unroll
       for (int ks = 0; ks < kBN / 16; ++ks)
         wgmma::mma_m64n256k16_ss<1>(o, wgmma::desc_sw128(sK0 + 8 * kBlockBytes + ks * 32, 16, 1024),
