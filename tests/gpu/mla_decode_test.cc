@@ -5,7 +5,6 @@
 // reuse by batch_id and replay inside a CUDA graph with new lengths. The
 // plan kernel alone against a host port of the serial plan, byte for byte, on large batches too.
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -105,12 +104,7 @@ class MlaDecode : public GpuTest {
     m.dev.batch_id = batch_id;
     Tensor q = random_f32({m.T, H, 576}, seed + 1), cache = random_f32({num_slots, 576}, seed + 2);
     if (!tile_gain.empty()) {
-      for (int64_t i = 0; i < q.numel(); ++i) {  // round to nearest even BF16
-        uint32_t u;
-        std::memcpy(&u, q.data<float>() + i, 4);
-        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-        std::memcpy(q.data<float>() + i, &u, 4);
-      }
+      for (int64_t i = 0; i < q.numel(); ++i) q.data<float>()[i] = bf16_to_f32(f32_to_bf16(q.data<float>()[i]));
       const int32_t* ks = m.host.kv_start.data<int32_t>();
       for (size_t i = 0; i < b.seq_lens.size(); ++i)
         for (int32_t k = 0; k < b.seq_lens[i]; ++k) {
