@@ -74,6 +74,7 @@ struct Smem {
 };
 static_assert(Smem::bytes <= 227 * 1024, "shared memory of one block");
 
+using wgmma::bar_any;
 using wgmma::bar_arrive;
 using wgmma::bar_sync;
 
@@ -90,16 +91,6 @@ constexpr int kBarFixP0 = 5;   // wg1 alone: whether P0 needs rescaling, then th
 constexpr float kLazyMax = 8.f;
 __device__ __forceinline__ float lazy_max(float m, float mx) { return mx > m + kLazyMax ? mx : m; }
 
-// bar.red.or over `threads` threads of named barrier `id`: whether any of them passed true.
-__device__ __forceinline__ bool bar_any(int id, int threads, bool pred) {
-  uint32_t r;
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(r)
-      : "r"(uint32_t(pred)), "r"(id), "r"(threads)
-      : "memory");
-  return r != 0;
-}
 
 // Tiles `tile` and (if `two`) tile + 1 of job `job_idx`; `last` ends the job's part in this CTA.
 // Only what the loads need of the job is kept (registers are short); the rest is read when used.

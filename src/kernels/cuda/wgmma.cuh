@@ -42,6 +42,16 @@ __device__ __forceinline__ void bar_sync(int id, int threads) {
 __device__ __forceinline__ void bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// bar_sync that also tells whether any of the `threads` threads passed true (bar.red.or).
+__device__ __forceinline__ bool bar_any(int id, int threads, bool pred) {
+  uint32_t r;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+      : "memory");
+  return r != 0;
+}
 
 // Moves registers between warpgroups of a warp-specialized kernel: a loader gives up what it does
 // not need (dec) so the MMA warpgroups can hold more accumulators (inc). Every warp of the
