@@ -246,11 +246,12 @@ TEST_F(MlaDecode, PairedKernelOnOddRuns) {
 
 TEST_F(MlaDecode, ScoresThatJumpRescaleTheSums) {
   // Scores whose row maximum jumps by more than the kernels let a running maximum lag (2^8) at
-  // tiles 1, 2 and 3, then stays: the paired kernel rescales O, the sums, and the P0 that warpgroup
-  // 0 hands over before it knows m1 (tile 2's, which the tiles after do not outweigh), over the TMA
-  // and cp.async; the other kernels alike. `many`: 140 jobs of 6-7 tiles at 128 heads, whole to
-  // CTAs, so that every CTA runs the pairs (0, 1), (2, 3), (4, 5); `few`: jobs cut between CTAs.
-  tile_gain = {1.f, 4.f, 10.f, 25.f};
+  // tiles 1 and 2, and at 3 passes the running maximum by more than 2^8 but not tile 2's, then
+  // stays: in the paired kernel's pair (0, 1) the second tile's maximum is the larger, in (2, 3)
+  // the first's, so each warpgroup rescales the other's P and its own O and sums. Over the TMA and
+  // cp.async; the other kernels alike. `many`: 140 jobs of 6-7 tiles at 128 heads, whole to CTAs,
+  // so that every CTA runs the pairs (0, 1), (2, 3), (4, 5); `few`: jobs cut between CTAs.
+  tile_gain = {1.f, 4.f, 25.f, 10.f};
   Batch many;
   for (int i = 0; i < 70; ++i) many.seq_lens.push_back(64 * 6 + (i * 37) % 64), many.queries.push_back(1);
   const Batch few{{700, 129, 64 * 9 + 1, 64 * 6}, {1, 1, 1, 1}};

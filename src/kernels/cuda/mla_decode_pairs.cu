@@ -6,17 +6,21 @@
 // and its softmax while the other waits, and the tile after next can only be fetched once both are
 // done with a ring slot. Here warpgroup 0 owns O[:, 0:256] and the first tile of each pair (in k0),
 // warpgroup 1 owns O[:, 256:512] and the second (in k1); both compute an S at the same time, and one
-// warpgroup's softmax overlaps the other's MMAs. Per pair, with m the running row max, which moves
-// to a new row maximum only when that passes it by more than 2^8 (lazy_max; else it stays):
-//   wg0: S0 = Q K0^T; m0 = lazy_max(m, rowmax S0); P0 = exp(S0 - m0); O_L = O_L e^(m - m0) + P0 V0_L;
-//        P0 to shared memory for wg1 at once; then, given m1 from wg1: O_L = O_L e^(m0 - m1) + P1 V1_L,
-//        with P1 read from shared memory.
-//   wg1: S1 = Q K1^T; given m0: m1 = lazy_max(m0, rowmax S1); P1 = exp(S1 - m1);
-//        O_R = O_R e^(m - m1) + P1 V1_R + (P0 e^(m0 - m1)) V0_R, multiplying wg0's P0 in shared
-//        memory by e^(m0 - m1) first in the rare pair where that is not 1 for some row.
-// With the lazy maximum wg0 need not wait for m1 before it hands P0 over: that wait and the multiply
-// were on the path from one pair's S0 to the next. (The next pair's P0 cannot overwrite this one
-// early: it follows the next S0, which waits for block 8's refill, issued after wg1's P0 V0_R.)
+// warpgroup's softmax overlaps the other's MMAs. Per pair, with m the running row max (both
+// warpgroups hold it), which moves to a new row maximum only when that passes it by more than 2^8
+// (lazy_max; else it stays), each warpgroup takes its own tile's softmax without waiting for the other:
+//   wg0: S0 = Q K0^T; m0 = lazy_max(m, rowmax S0); P0 = exp(S0 - m0), to shared memory with m0;
+//        O_L = O_L e^(m - m0) + P0 V0_L;
+//   wg1: S1 = Q K1^T; m1 = lazy_max(m, rowmax S1); P1 = exp(S1 - m1), to shared memory with m1;
+//        O_R = O_R e^(m - m1) + P1 V1_R;
+// then both take the pair's maximum M = max(m0, m1) from the other's m and bring everything to it:
+//   wg0: O_L = O_L e^(m0 - M) + (P1 e^(m1 - M)) V1_L;  wg1: O_R = O_R e^(m1 - M) + (P0 e^(m0 - M)) V0_R,
+// multiplying the other's P in shared memory first in the rare pair where its factor is not 1 for
+// some row (bar_any finds it). With the lazy maximum m0 = m1 = M in most pairs. Waiting for the other
+// warpgroup's maximum before the softmax put that warpgroup's whole softmax on each pair's path (ptxas
+// issued the exponentials ahead of the barrier's arrive). (The next pair's P0 cannot overwrite this
+// one early: it follows the next S0, which waits for block 8's refill, issued after wg1's P0 V0_R;
+// likewise P1.)
 // Each warpgroup sums the probabilities it made (rescaled alike); the two sums meet at the job's end.
 //
 // Shared memory: Q and the two tiles (73.7 KB each, 9 blocks of 64 columns in the 128-byte swizzle
@@ -27,8 +31,8 @@
 //   k0 blocks 0-3: wg0 after P0 V0_L; 4-8: wg1 after P0 V0_R (block 8 then holds P0).
 //   k1 blocks 0-3 and 8: wg0 after P1 V1_L (block 8 holds P1); 4-7: wg1 after P1 V1_R.
 // The order follows the refills: wg1 runs P1 V1_R before P0 V0_R, and S0 takes k0's blocks 0-3 first,
-// S1 k1's blocks 4-7 first (the blocks each warpgroup freed earliest). wg0 writes P0 for wg1 while
-// its own P0 V0_L runs, since wg1's P V wait on it.
+// S1 k1's blocks 4-7 first (the blocks each warpgroup freed earliest). Each warpgroup stores its P
+// for the other before it issues its own P V, since the other's P V wait on it.
 // A pair is two tiles of one job; at a job's end (or the CTA's) the second may be absent: its keys
 // are masked, and its slots load as zeros (cp.async) or keep the finite values they hold (TMA).
 //
@@ -67,8 +71,7 @@ struct Smem {
   static constexpr uint32_t k0 = q + kTileBytes;        // [64, 576] the pair's first tile
   static constexpr uint32_t k1 = k0 + kTileBytes;       // [64, 576] its second
   static constexpr uint32_t bars = k1 + kTileBytes;     // [2][9] u64: block b of k0 / k1 landed; then Q's
-  static constexpr uint32_t scale = bars + (2 * kBlocks + 1) * 8;  // [2][64] f32: e^(m - m0), e^(m0 - m1)
-  static constexpr uint32_t max = scale + 2 * kM * 4;   // [2][64] f32: m0, m1
+  static constexpr uint32_t max = bars + (2 * kBlocks + 1) * 8;  // [2][64] f32: m0, m1
   static constexpr uint32_t sum = max + 2 * kM * 4;     // [2][64] f32: each warpgroup's row sums at a job's end
   static constexpr uint32_t bytes = sum + 2 * kM * 4 + 1024;  // + slack to align the base to 1024
 };
@@ -79,15 +82,14 @@ using wgmma::bar_arrive;
 using wgmma::bar_sync;
 
 // Named barriers between the warpgroups (0 is __syncthreads).
-constexpr int kBarScale0 = 1;  // wg0 -> wg1: m0 and e^(m - m0) of this pair are in shared memory
-constexpr int kBarScale1 = 2;  // wg1 -> wg0: m1 and e^(m0 - m1)
-constexpr int kBarP0 = 3;      // wg0 -> wg1: P0 (against m0) is in k0's block 8
-constexpr int kBarP1 = 4;      // wg1 -> wg0: P1 is in k1's block 8
-constexpr int kBarFixP0 = 5;   // wg1 alone: whether P0 needs rescaling, then that it is rescaled
+constexpr int kBarP0 = 1;     // wg0 -> wg1: P0 (against m0) is in k0's block 8, m0 in s_max
+constexpr int kBarP1 = 2;     // wg1 -> wg0: P1 (against m1) is in k1's block 8, m1 in s_max
+constexpr int kBarFixP0 = 3;  // wg1 alone: whether P0 needs rescaling, then that it is rescaled
+constexpr int kBarFixP1 = 4;  // wg0 alone: the same for P1
 
 // The running maximum moves only when a row's new maximum passes it by more than this (log2 units):
 // probabilities up to 2^8 are exact in the sums, and most pairs then keep every factor at 1, so
-// warpgroup 0 hands P0 over without waiting for m1 (wg1 rescales it in the rare pair that moves).
+// each warpgroup takes its softmax against its own maximum and hands its P over as it is.
 constexpr float kLazyMax = 8.f;
 __device__ __forceinline__ float lazy_max(float m, float mx) { return mx > m + kLazyMax ? mx : m; }
 
@@ -160,13 +162,12 @@ template <bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_pairs_kernel(const __grid_constant__ MlaDecodeParams p, MlaDecodeSchedule s) {
   extern __shared__ uint8_t smem_raw[];
-  // Through an integer on purpose: mma::align_smem_1024 (LDS for s_max / s_scale instead of generic
+  // Through an integer on purpose: mma::align_smem_1024 (LDS for s_max instead of generic
   // loads) measured 2-3% slower at 128 heads over pages of 64 and 2% faster over pages of 1, H200.
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t sQ = mma::smem_u32(smem + Smem::q), sK0 = mma::smem_u32(smem + Smem::k0);
   const uint32_t sK1 = mma::smem_u32(smem + Smem::k1), sBars = mma::smem_u32(smem + Smem::bars);
   const uint32_t bars0 = sBars, bars1 = sBars + kBlocks * 8, bar_q = sBars + 2 * kBlocks * 8;
-  float* s_scale = reinterpret_cast<float*>(smem + Smem::scale);
   float* s_max = reinterpret_cast<float*>(smem + Smem::max);
   float* s_sum = reinterpret_cast<float*>(smem + Smem::sum);
 
@@ -368,25 +369,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     float sc[32];
     uint32_t pa[4][4];
     if (wg == 0) {
-      // ---- S0, its softmax, then O_L = O_L e^(m - m0) + P0 V0_L
+      // ---- S0, its softmax against m0 = lazy_max(m, rowmax S0), P0 and m0 for wg1, O_L = O_L e^(m - m0) + P0 V0_L
       scores(sK0, bars0, parity, sc, std::integral_constant<int, 0>{});
       zero_rows_past_end(sK0, cur, cur.tile);
-      float mx[2], scale0[2];
+      float mx[2], scale0[2], m0[2];
       mask_max(sc, cur.tile, true, vis, mx);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float m0 = lazy_max(m_run[h], mx[h]);
-        scale0[h] = rescale_of(m_run[h], m0);
-        m_run[h] = m0;
+        m0[h] = lazy_max(m_run[h], mx[h]);
+        scale0[h] = rescale_of(m_run[h], m0[h]);
         l_run[h] *= scale0[h];
       }
-      if (t4 == 0) {
-        s_scale[r0] = scale0[0], s_scale[r0 + 8] = scale0[1];
-        s_max[r0] = m_run[0], s_max[r0 + 8] = m_run[1];
-      }
-      bar_arrive(kBarScale0, kThreads);
-      exponentiate(sc, m_run, l_run);
+      exponentiate(sc, m0, l_run);
       pack_p(sc, pa);
+      store_p(sK0 + 8 * kBlockBytes, tid, pa);
+      if (t4 == 0) s_max[r0] = m0[0], s_max[r0 + 8] = m0[1];
+      wgmma::fence_async_smem();
+      bar_arrive(kBarP0, kThreads);
       rescale_o(o, scale0);
       wgmma::fence();
 #pragma unroll
@@ -394,26 +393,32 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::mma_m64n256k16_rs<1>(o, pa[ks], wgmma::desc_sw128(sK0 + ks * 16 * 128, kBlockBytes, 1024), true);
       wgmma::commit();
 
-      // ---- P0 for wg1 while P0 V0_L runs (which only reads pa): wg1's P V wait on it. It is P0 against
-      // m0, which is P0 against m1 unless some row's maximum moved (then wg1 rescales it), so it goes
-      // before m1 is known. Straight-line code until the wait below, so that ptxas keeps o in flight.
-      store_p(sK0 + 8 * kBlockBytes, tid, pa);
-      wgmma::fence_async_smem();
-      bar_arrive(kBarP0, kThreads);
-      bar_sync(kBarScale1, kThreads);
-      const float scale1[2] = {s_scale[kM + r0], s_scale[kM + r0 + 8]};
-      m_run[0] = s_max[kM + r0], m_run[1] = s_max[kM + r0 + 8];
+      // ---- The pair's maximum M = max(m0, m1): P1 (against m1) times e^(m1 - M) in shared memory where
+      // m0 > m1, then O_L = O_L e^(m0 - M) + P1 V1_L. Straight-line code until the wait, so that ptxas
+      // keeps o in flight.
+      bar_sync(kBarP1, kThreads);
+      float scale_o[2], p1_scale[2];
+      bool p1_moves = false;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m1 = s_max[kM + r0 + 8 * h], m = fmaxf(m0[h], m1);
+        scale_o[h] = rescale_of(m0[h], m);
+        p1_scale[h] = rescale_of(m1, m);
+        p1_moves |= p1_scale[h] != 1.f && m1 != -INFINITY;  // a row with no keys yet has P1 = 0
+        m_run[h] = m;
+        l_run[h] *= scale_o[h];
+      }
+      if (bar_any(kBarFixP1, 128, p1_moves)) {
+        rescale_p(sK1 + 8 * kBlockBytes, tid, p1_scale);
+        wgmma::fence_async_smem();
+        bar_sync(kBarFixP1, 128);
+      }
       wgmma::wait<0>();
       wgmma::fence_operand(o);
       if (nxt.valid)
 #pragma unroll
         for (int blk = 0; blk < 4; ++blk) load_block(sK0, bars0, blk, next_first);
-
-      // ---- O_L = O_L e^(m0 - m1) + P1 V1_L
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l_run[h] *= scale1[h];
-      rescale_o(o, scale1);
-      bar_sync(kBarP1, kThreads);
+      rescale_o(o, scale_o);
       wgmma::fence();
 #pragma unroll
       for (int ks = 0; ks < kBN / 16; ++ks)
@@ -428,33 +433,26 @@ __global__ void __launch_bounds__(kThreads, 1)
         load_block(sK1, bars1, 8, next_second);
       }
     } else {
-      // ---- S1 and its softmax given m0, then O_R = O_R e^(m - m1) + (P0 e^(m0 - m1)) V0_R + P1 V1_R
+      // ---- S1 and its softmax against m1 = lazy_max(m, rowmax S1), without waiting for m0; P1 and m1 for
+      // wg0, O_R = O_R e^(m - m1) + P1 V1_R; then with M = max(m0, m1): O_R = O_R e^(m1 - M) +
+      // (P0 e^(m0 - M)) V0_R, multiplying wg0's P0 in shared memory first where m1 > m0.
       scores(sK1, bars1, parity, sc, std::integral_constant<int, 4>{});
       if (cur.two) zero_rows_past_end(sK1, cur, cur.tile + 1);
-      float mx[2], scale01[2], p0_scale[2];
-      bool p0_moves = false;
+      float mx[2], scale1[2], m1[2];
       mask_max(sc, cur.tile + 1, cur.two, vis, mx);
-      bar_sync(kBarScale0, kThreads);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = r0 + 8 * h;
-        const float m0 = s_max[r], m1 = lazy_max(m0, mx[h]);
-        const float scale1 = rescale_of(m0, m1);
-        p0_scale[h] = scale1;
-        p0_moves |= scale1 != 1.f && m0 != -INFINITY;  // a row with no keys yet has P0 = 0
-        scale01[h] = s_scale[r] * scale1;
-        m_run[h] = m1;
-        l_run[h] *= scale01[h];
-        if (t4 == 0) s_scale[kM + r] = scale1, s_max[kM + r] = m1;
+        m1[h] = lazy_max(m_run[h], mx[h]);
+        scale1[h] = rescale_of(m_run[h], m1[h]);
+        l_run[h] *= scale1[h];
       }
-      bar_arrive(kBarScale1, kThreads);
-      exponentiate(sc, m_run, l_run);
+      exponentiate(sc, m1, l_run);
       pack_p(sc, pa);
       store_p(sK1 + 8 * kBlockBytes, tid, pa);
+      if (t4 == 0) s_max[kM + r0] = m1[0], s_max[kM + r0 + 8] = m1[1];
       wgmma::fence_async_smem();
       bar_arrive(kBarP1, kThreads);
-      rescale_o(o, scale01);
-      // P1 V1_R first (its P is here), then P0 V0_R once wg0 has written P0
+      rescale_o(o, scale1);
       wgmma::fence();
 #pragma unroll
       for (int ks = 0; ks < kBN / 16; ++ks)
@@ -462,21 +460,35 @@ __global__ void __launch_bounds__(kThreads, 1)
             o, pa[ks], wgmma::desc_sw128(sK1 + 4 * kBlockBytes + ks * 16 * 128, kBlockBytes, 1024), true);
       wgmma::commit();
       bar_sync(kBarP0, kThreads);
+      float scale_o[2], p0_scale[2];
+      bool p0_moves = false;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m0 = s_max[r0 + 8 * h], m = fmaxf(m0, m1[h]);
+        scale_o[h] = rescale_of(m1[h], m);
+        p0_scale[h] = rescale_of(m0, m);
+        p0_moves |= p0_scale[h] != 1.f && m0 != -INFINITY;  // a row with no keys yet has P0 = 0
+        m_run[h] = m;
+        l_run[h] *= scale_o[h];
+      }
       if (bar_any(kBarFixP0, 128, p0_moves)) {
         rescale_p(sK0 + 8 * kBlockBytes, tid, p0_scale);
         wgmma::fence_async_smem();
         bar_sync(kBarFixP0, 128);
       }
-      wgmma::fence();  // here, not in the branch above: ptxas serializes the MMAs otherwise (C7520)
+      // P1 V1_R done: O_R may take e^(m1 - M), and k1's blocks 4-7 are free
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+      if (nxt.valid)
+#pragma unroll
+        for (int blk = 4; blk < 8; ++blk) load_block(sK1, bars1, blk, next_second);
+      rescale_o(o, scale_o);
+      wgmma::fence();
 #pragma unroll
       for (int ks = 0; ks < kBN / 16; ++ks)
         wgmma::mma_m64n256k16_ss<1>(o, wgmma::desc_sw128(sK0 + 8 * kBlockBytes + ks * 32, 16, 1024),
                                     wgmma::desc_sw128(sK0 + 4 * kBlockBytes + ks * 16 * 128, kBlockBytes, 1024), true);
       wgmma::commit();
-      wgmma::wait<1>();
-      if (nxt.valid)
-#pragma unroll
-        for (int blk = 4; blk < 8; ++blk) load_block(sK1, bars1, blk, next_second);
       wgmma::wait<0>();
       wgmma::fence_operand(o);
       if (nxt.valid)
