@@ -394,8 +394,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::commit();
 
       // ---- The pair's maximum M = max(m0, m1): P1 (against m1) times e^(m1 - M) in shared memory where
-      // m0 > m1, then O_L = O_L e^(m0 - M) + P1 V1_L. Straight-line code until the wait, so that ptxas
-      // keeps o in flight.
+      // m0 > m1, then O_L = O_L e^(m0 - M) + P1 V1_L. Nothing touches o until the wait, so that ptxas
+      // keeps it in flight.
       bar_sync(kBarP1, kThreads);
       float scale_o[2], p1_scale[2];
       bool p1_moves = false;
@@ -493,7 +493,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::fence_operand(o);
         rescale_o(o, scale_o);
       }
-      wgmma::fence();
+      wgmma::fence();  // here, not in the branches above: ptxas serializes the MMAs otherwise (C7520)
 #pragma unroll
       for (int ks = 0; ks < kBN / 16; ++ks)
         wgmma::mma_m64n256k16_ss<1>(o, wgmma::desc_sw128(sK0 + 8 * kBlockBytes + ks * 32, 16, 1024),
