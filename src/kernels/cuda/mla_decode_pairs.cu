@@ -362,6 +362,32 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
 
+  // Settles the pair's maximum M = max(m0, m1) for rows r0, r0 + 8, given this warpgroup's maximum `own`
+  // and the other's in s_max[other..]: m_run and this warpgroup's sums move to M, scale_o gets
+  // e^(own - M) for its O, and the other's P (in shared memory at other_p) is multiplied by
+  // e^(m_other - M) in the rare pair where that is not 1 for some row. Returns whether some factor
+  // of this thread's scale_o is not 1.
+  auto settle_max = [&](const float (&own)[2], int other, uint32_t other_p, int fix_bar, float (&scale_o)[2]) {
+    float p_scale[2];
+    bool p_moves = false, o_moves = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_other = s_max[other + r0 + 8 * h], m = fmaxf(own[h], m_other);
+      scale_o[h] = rescale_of(own[h], m);
+      p_scale[h] = rescale_of(m_other, m);
+      p_moves |= p_scale[h] != 1.f && m_other != -INFINITY;  // a row with no keys yet has P = 0
+      o_moves |= scale_o[h] != 1.f;
+      m_run[h] = m;
+      l_run[h] *= scale_o[h];
+    }
+    if (bar_any(fix_bar, 128, p_moves)) {
+      rescale_p(other_p, tid, p_scale);
+      wgmma::fence_async_smem();
+      bar_sync(fix_bar, 128);
+    }
+    return o_moves;
+  };
+
   for (uint32_t parity = 0; cur.valid; parity ^= 1) {
     const Pair nxt = take_pair(p, jobs, cursor);
     const Slots next_first = slots_of(nxt, 0), next_second = slots_of(nxt, 1);  // read early: used after the MMAs
@@ -397,22 +423,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // m0 > m1, then O_L = O_L e^(m0 - M) + P1 V1_L. Nothing touches o until the wait, so that ptxas
       // keeps it in flight.
       bar_sync(kBarP1, kThreads);
-      float scale_o[2], p1_scale[2];
-      bool p1_moves = false;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float m1 = s_max[kM + r0 + 8 * h], m = fmaxf(m0[h], m1);
-        scale_o[h] = rescale_of(m0[h], m);
-        p1_scale[h] = rescale_of(m1, m);
-        p1_moves |= p1_scale[h] != 1.f && m1 != -INFINITY;  // a row with no keys yet has P1 = 0
-        m_run[h] = m;
-        l_run[h] *= scale_o[h];
-      }
-      if (bar_any(kBarFixP1, 128, p1_moves)) {
-        rescale_p(sK1 + 8 * kBlockBytes, tid, p1_scale);
-        wgmma::fence_async_smem();
-        bar_sync(kBarFixP1, 128);
-      }
+      float scale_o[2];
+      settle_max(m0, kM, sK1 + 8 * kBlockBytes, kBarFixP1, scale_o);
       wgmma::wait<0>();
       wgmma::fence_operand(o);
       if (nxt.valid)
@@ -460,23 +472,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             o, pa[ks], wgmma::desc_sw128(sK1 + 4 * kBlockBytes + ks * 16 * 128, kBlockBytes, 1024), true);
       wgmma::commit();
       bar_sync(kBarP0, kThreads);
-      float scale_o[2], p0_scale[2];
-      bool p0_moves = false, o_moves = false;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float m0 = s_max[r0 + 8 * h], m = fmaxf(m0, m1[h]);
-        scale_o[h] = rescale_of(m1[h], m);
-        p0_scale[h] = rescale_of(m0, m);
-        p0_moves |= p0_scale[h] != 1.f && m0 != -INFINITY;  // a row with no keys yet has P0 = 0
-        o_moves |= scale_o[h] != 1.f;
-        m_run[h] = m;
-        l_run[h] *= scale_o[h];
-      }
-      if (bar_any(kBarFixP0, 128, p0_moves)) {
-        rescale_p(sK0 + 8 * kBlockBytes, tid, p0_scale);
-        wgmma::fence_async_smem();
-        bar_sync(kBarFixP0, 128);
-      }
+      float scale_o[2];
+      const bool o_moves = settle_max(m1, 0, sK0 + 8 * kBlockBytes, kBarFixP0, scale_o);
       // O_R takes e^(m1 - M) once P1 V1_R is done. Over the TMA wg1 waits for it every pair and at once
       // refills k1's blocks 4-7 (a few cheap copy requests; the next S1 takes those blocks first). Over
       // cp.async it waits only where O_R must be rescaled (rare), so that P0 V0_R queues behind P1 V1_R
