@@ -37,8 +37,7 @@ class MlaDecode : public GpuTest {
   bool cp_async = false;   // no TMA even over pages of 64
   bool absorb = false;     // mla_decode_absorb_out: W_UV's projection (v = 128) checked too
   // Keys of tile t (64 t.. of each seq) times tile_gain[t] (the last gain for the tiles after):
-  // scores whose maximum jumps from tile to tile, so that the kernels rescale their running sums (q
-  // is then rounded to BF16 for both sides, as such scores would magnify its rounding).
+  // scores whose maximum jumps from tile to tile, so that the kernels rescale their running sums.
   std::vector<float> tile_gain;
 
   // Captures plan + run of a 3-seq batch in a graph and replays it with other lengths (below).
@@ -104,7 +103,6 @@ class MlaDecode : public GpuTest {
     m.dev.batch_id = batch_id;
     Tensor q = random_f32({m.T, H, 576}, seed + 1), cache = random_f32({num_slots, 576}, seed + 2);
     if (!tile_gain.empty()) {
-      for (int64_t i = 0; i < q.numel(); ++i) q.data<float>()[i] = bf16_to_f32(f32_to_bf16(q.data<float>()[i]));
       const int32_t* ks = m.host.kv_start.data<int32_t>();
       for (size_t i = 0; i < b.seq_lens.size(); ++i)
         for (int32_t k = 0; k < b.seq_lens[i]; ++k) {
