@@ -86,14 +86,16 @@ void MlaDecodePlan::run(const MlaDecodeParams& p, cudaStream_t stream, bool comb
   launch_mla_decode_run(p, sched_, stream, combine);
 }
 
-const CUtensorMap& MlaDecodePlan::cache_map(const void* cache, int64_t num_slots) {
-  auto it = cache_maps_.find(cache);
-  if (it == cache_maps_.end() || it->second.first != num_slots)
-    it = cache_maps_
-             .insert_or_assign(cache, std::pair{num_slots, bf16_tensor_map_sw128(cache, num_slots, kMlaKvDim,
-                                                                                 kMlaKvDim * 2, kMlaBlockKeys, 64)})
-             .first;
-  return it->second.second;
+void MlaDecodePlan::set_cache_maps(MlaDecodeParams& p, int64_t num_slots) {
+  auto it = cache_maps_.find(p.cache);
+  if (it == cache_maps_.end() || it->second.num_slots != num_slots) {
+    const CacheMaps maps{
+        num_slots, bf16_tensor_map_sw128(p.cache, num_slots, kMlaKvDim, kMlaKvDim * 2, kMlaBlockKeys, 64),
+        bf16_tensor_map_sw128_blocks(p.cache, num_slots, kMlaKvDim, kMlaKvDim * 2, kMlaBlockKeys, 4)};
+    it = cache_maps_.insert_or_assign(p.cache, maps).first;
+  }
+  p.cache_map = it->second.one_block;
+  p.cache_map4 = it->second.four_blocks;
 }
 
 MlaDecodePlan& CudaBackend::mla_decode_plan() {
@@ -137,7 +139,7 @@ MlaDecodeParams mla_decode_params(const Tensor& q, const Tensor& cache, float kv
   p.cache_fp8 = fp8;
   p.kv_scale = kv_scale;
   p.cache_tma = md.kv_page_size % kMlaBlockKeys == 0 && !plan.force_cp_async;
-  if (p.cache_tma && !fp8) p.cache_map = plan.cache_map(cache.raw(), cache.size(0));
+  if (p.cache_tma && !fp8) plan.set_cache_maps(p, cache.size(0));
   p.cache_rows = cache.size(0);
   p.kv_indices = md.kv_indices.data<int32_t>();
   p.kv_start = md.kv_start.data<int32_t>();

@@ -46,10 +46,12 @@ struct MlaDecodeParams {
   float kv_scale;              // the cache's values times this are the latents (1 for BF16)
   // Caches whose seqs keep each 64-key tile in 64 consecutive slots (AttentionMetadata::
   // kv_page_size a multiple of 64): a BF16 tile comes as nine TMA boxes of 64 rows x 64 columns
-  // through cache_map, an e4m3 tile (16-row jobs) as one bulk copy of its 64 rows (tma.cuh),
-  // instead of each thread copying 16-byte pieces.
+  // through cache_map (the paired kernel takes blocks 0-3 and 4-7 through cache_map4), an e4m3 tile
+  // (16-row jobs) as one bulk copy of its 64 rows (tma.cuh), instead of each thread copying 16-byte
+  // pieces.
   bool cache_tma;
-  CUtensorMap cache_map;  // a BF16 cache as [num_slots, 576], 64 x 64 boxes, 128-byte swizzle
+  CUtensorMap cache_map;   // a BF16 cache as [num_slots, 576], 64 x 64 boxes, 128-byte swizzle
+  CUtensorMap cache_map4;  // the same, boxes of four 64-column blocks of 64 rows, block after block
   int64_t cache_rows;     // num_slots: bulk copies stop there
   const int32_t* kv_indices;   // [sum(seq_lens)] cache slot of each token of each seq
   const int32_t* kv_start;     // [num_seqs + 1] offsets into kv_indices
@@ -108,8 +110,8 @@ class MlaDecodePlan {
   bool force_mma_sync = false;  // tests and benchmarks: 64-row jobs on the mma.sync kernel
   bool force_two_stage = false;  // tests and benchmarks: BF16 64-row jobs on the 2-stage wgmma kernel
   bool force_cp_async = false;   // tests and benchmarks: no TMA, whatever the page size
-  // The TMA map of a cache tensor (made once per tensor: one per layer).
-  const CUtensorMap& cache_map(const void* cache, int64_t num_slots);
+  // The TMA maps of a BF16 cache tensor (made once per tensor: one per layer) into p.
+  void set_cache_maps(MlaDecodeParams& p, int64_t num_slots);
   int planned_ctas() const { return sched_.num_ctas; }
   int planned_rows_per_job() const { return 16 * sched_.m_tiles; }
 
@@ -125,7 +127,11 @@ class MlaDecodePlan {
   int64_t batch_id_ = 0, tokens_ = -1, seqs_ = -1, heads_ = -1;
   const void* seq_lens_ = nullptr;
   const void* query_start_ = nullptr;
-  std::unordered_map<const void*, std::pair<int64_t, CUtensorMap>> cache_maps_;
+  struct CacheMaps {
+    int64_t num_slots;
+    CUtensorMap one_block, four_blocks;
+  };
+  std::unordered_map<const void*, CacheMaps> cache_maps_;
 };
 
 }  // namespace mlaserve::cuda

@@ -42,4 +42,24 @@ CUtensorMap bf16_tensor_map_sw128(const void* base, int64_t rows, int64_t cols, 
   return map;
 }
 
+CUtensorMap bf16_tensor_map_sw128_blocks(const void* base, int64_t rows, int64_t cols, int64_t row_bytes, int box_rows,
+                                         int box_blocks) {
+  MLA_CHECK(cols % 64 == 0 && box_blocks >= 1 && box_blocks <= cols / 64 && box_rows >= 1 && box_rows <= 256 &&
+                row_bytes % 16 == 0 && row_bytes >= cols * 2 && reinterpret_cast<uintptr_t>(base) % 16 == 0 &&
+                rows >= 1,
+            "tensor map: BF16 [{}, {}] with rows {} bytes apart cannot be read as {} blocks of {}x64", rows, cols,
+            row_bytes, box_blocks, box_rows);
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {64, cuuint64_t(rows), cuuint64_t(cols / 64)};
+  const cuuint64_t strides[2] = {cuuint64_t(row_bytes), 128};
+  const cuuint32_t box[3] = {64, cuuint32_t(box_rows), cuuint32_t(box_blocks)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides, box,
+                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  MLA_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed ({}) for BF16 [{}, {}] as {} blocks of {}x64", int(r),
+            rows, cols, box_blocks, box_rows);
+  return map;
+}
+
 }  // namespace mlaserve::cuda

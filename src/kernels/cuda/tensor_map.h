@@ -14,4 +14,11 @@ namespace mlaserve::cuda {
 CUtensorMap bf16_tensor_map_sw128(const void* base, int64_t rows, int64_t cols, int64_t row_bytes, int box_rows,
                                   int box_cols);
 
+// The same matrix as column blocks of 64 (cols / 64 of them), read box_blocks consecutive blocks of
+// box_rows rows at a time: a box lands block after block, each box_rows x 128 bytes in the 128-byte
+// swizzle, as box_blocks boxes of the map above would, but in one copy. (A 3D map whose block
+// stride, 128 bytes, is below its row stride.)
+CUtensorMap bf16_tensor_map_sw128_blocks(const void* base, int64_t rows, int64_t cols, int64_t row_bytes, int box_rows,
+                                         int box_blocks);
+
 }  // namespace mlaserve::cuda
