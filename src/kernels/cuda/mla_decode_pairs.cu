@@ -285,39 +285,34 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto scores = [&](uint32_t sK, uint32_t bars, uint32_t parity, float (&sc)[32], auto first) {
     constexpr int kFirst = decltype(first)::value;
     auto block_of = [](int i) { return i < 4 ? kFirst + i : kFirst == 0 ? i : i == 8 ? 8 : i - 4; };
+    auto block_mmas = [&](int i) {  // S += Q K^T over the 64 columns of block_of(i)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t off = block_of(i) * kBlockBytes + k * 32;
+        wgmma::mma_m64n64k16_ss<0>(sc, wgmma::desc_sw128(sQ + off, 16, 1024), wgmma::desc_sw128(sK + off, 16, 1024),
+                                   i > 0 || k > 0);
+      }
+    };
     if constexpr (kTma) {
 #pragma unroll
       for (int i = 0; i < kBlocks; ++i) {
         mbar::wait(bars + block_of(i) * 8, parity);
         wgmma::fence();
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const uint32_t off = block_of(i) * kBlockBytes + k * 32;
-          wgmma::mma_m64n64k16_ss<0>(sc, wgmma::desc_sw128(sQ + off, 16, 1024), wgmma::desc_sw128(sK + off, 16, 1024),
-                                     i > 0 || k > 0);
-        }
+        block_mmas(i);
         wgmma::commit();
         wgmma::fence_operand(sc);
       }
-      wgmma::wait<0>();
-      wgmma::fence_operand(sc);
-      return;
-    }
+    } else {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i0 = half ? 4 : 0, i1 = half ? kBlocks : 4;
-      for (int i = i0; i < i1; ++i) mbar::wait(bars + block_of(i) * 8, parity);
-      wgmma::fence_async_smem();  // the copies landed through the generic proxy; wgmma reads through the async one
-      wgmma::fence();
+      for (int half = 0; half < 2; ++half) {
+        const int i0 = half ? 4 : 0, i1 = half ? kBlocks : 4;
+        for (int i = i0; i < i1; ++i) mbar::wait(bars + block_of(i) * 8, parity);
+        wgmma::fence_async_smem();  // the copies landed through the generic proxy; wgmma reads through the async one
+        wgmma::fence();
 #pragma unroll
-      for (int i = i0; i < i1; ++i)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const uint32_t off = block_of(i) * kBlockBytes + k * 32;
-          wgmma::mma_m64n64k16_ss<0>(sc, wgmma::desc_sw128(sQ + off, 16, 1024), wgmma::desc_sw128(sK + off, 16, 1024),
-                                     i > 0 || k > 0);
-        }
-      wgmma::commit();
+        for (int i = i0; i < i1; ++i) block_mmas(i);
+        wgmma::commit();
+      }
     }
     wgmma::wait<0>();
     wgmma::fence_operand(sc);
