@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // group's first block, whose S waits for it first; the other three barriers are arrived at
       // once. Block 8 comes alone. A TMA instruction holds its warp 100-200 cycles and the
       // warpgroup's next MMAs wait for its slowest warp, so the copies a warpgroup issues together
-      // come from different warps. (Four blocks a copy: 1.3-1.8% faster than one, H200.)
+      // come from different warps. (Four blocks a copy: 1-2% faster than one, H200.)
       const int group = b / 4;  // 0: blocks 0-3, 1: 4-7, 2: 8
       const int warp = (tile == sK1 ? 1 : 0) + (group == 2 ? 2 : 0);
       if (tid % 128 == warp * 32) {
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // S = Q K^T over the tile at sK: four blocks from `first` (the ones refilled earliest: 0-3 of k0 by
   // wg0 after P0 V0_L, 4-7 of k1 by wg1 after its P V), then the other five. Over the TMA a block at
-  // a time: wait, fence, its MMAs, commit (1.5-2% faster than a group's waits then its MMAs, H200);
+  // a time: wait, fence, its MMAs, commit (1-3% faster than a group's waits then its MMAs, H200);
   // over cp.async a group at a time, each group's waits behind one proxy fence. ptxas keeps the wgmma
   // pipeline across the wait loops; it reports (C7518, C7520) where a branch would make it serialize them.
   auto scores = [&](uint32_t sK, uint32_t bars, uint32_t parity, float (&sc)[32], auto first) {
