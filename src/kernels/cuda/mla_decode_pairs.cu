@@ -93,7 +93,6 @@ constexpr int kBarFixP1 = 4;  // wg0 alone: the same for P1
 constexpr float kLazyMax = 8.f;
 __device__ __forceinline__ float lazy_max(float m, float mx) { return mx > m + kLazyMax ? mx : m; }
 
-
 // Tiles `tile` and (if `two`) tile + 1 of job `job_idx`; `last` ends the job's part in this CTA.
 // Only what the loads need of the job is kept (registers are short); the rest is read when used.
 struct Pair {
@@ -410,9 +409,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     return o_moves;
   };
 
+  // This warpgroup's softmax against its own maximum m_own = lazy_max(m, mx): the sums move to m_own
+  // and take P = 2^(S - m_own); P goes to p_block and m_own to s_max[slot..] for the other warpgroup,
+  // which `bar` tells. scale gets e^(m - m_own) for this warpgroup's O.
+  auto own_softmax = [&](float (&sc)[32], const float (&mx)[2], uint32_t p_block, int slot, int bar,
+                         uint32_t (&pa)[4][4], float (&m_own)[2], float (&scale)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m_own[h] = lazy_max(m_run[h], mx[h]);
+      scale[h] = rescale_of(m_run[h], m_own[h]);
+      l_run[h] *= scale[h];
+    }
+    exponentiate(sc, m_own, l_run);
+    pack_p(sc, pa);
+    store_p(p_block, tid, pa);
+    if (t4 == 0) s_max[slot + r0] = m_own[0], s_max[slot + r0 + 8] = m_own[1];
+    wgmma::fence_async_smem();
+    bar_arrive(bar, kThreads);
+  };
+
   for (uint32_t parity = 0; cur.valid; parity ^= 1) {
     const Pair nxt = take_pair(p, jobs, cursor);
     const Slots next_first = slots_of(nxt, 0), next_second = slots_of(nxt, 1);  // read early: used after the MMAs
+    // The next pair's blocks [b0, b1) of its first tile (k0) or its second (k1), once this pair is done with them.
+    auto refill = [&](bool second, int b0, int b1) {
+      if (!nxt.valid) return;
+#pragma unroll
+      for (int blk = b0; blk < b1; ++blk)
+        load_block(second ? sK1 : sK0, second ? bars1 : bars0, blk, second ? next_second : next_first);
+    };
     mbar::wait(bar_q, q_parity);
     float sc[32];
     uint32_t pa[4][4];
@@ -422,18 +447,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       zero_rows_past_end(sK0, cur, cur.tile);
       float mx[2], scale0[2], m0[2];
       mask_max(sc, cur.tile, true, vis, mx);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        m0[h] = lazy_max(m_run[h], mx[h]);
-        scale0[h] = rescale_of(m_run[h], m0[h]);
-        l_run[h] *= scale0[h];
-      }
-      exponentiate(sc, m0, l_run);
-      pack_p(sc, pa);
-      store_p(sK0 + 8 * kBlockBytes, tid, pa);
-      if (t4 == 0) s_max[r0] = m0[0], s_max[r0 + 8] = m0[1];
-      wgmma::fence_async_smem();
-      bar_arrive(kBarP0, kThreads);
+      own_softmax(sc, mx, sK0 + 8 * kBlockBytes, 0, kBarP0, pa, m0, scale0);
       rescale_o(o, scale0);
       wgmma::fence();
 #pragma unroll
@@ -449,9 +463,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       settle_max(m0, kM, sK1 + 8 * kBlockBytes, kBarFixP1, scale_o);
       wgmma::wait<0>();
       wgmma::fence_operand(o);
-      if (nxt.valid)
-#pragma unroll
-        for (int blk = 0; blk < 4; ++blk) load_block(sK0, bars0, blk, next_first);
+      refill(false, 0, 4);
       rescale_o(o, scale_o);
       wgmma::fence();
 #pragma unroll
@@ -461,11 +473,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operand(o);
-      if (nxt.valid) {
-#pragma unroll
-        for (int blk = 0; blk < 4; ++blk) load_block(sK1, bars1, blk, next_second);
-        load_block(sK1, bars1, 8, next_second);
-      }
+      refill(true, 0, 4);
+      refill(true, 8, 9);
     } else {
       // ---- S1 and its softmax against m1 = lazy_max(m, rowmax S1), without waiting for m0; P1 and m1 for
       // wg0, O_R = O_R e^(m - m1) + P1 V1_R; then with M = max(m0, m1): O_R = O_R e^(m1 - M) +
@@ -474,18 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (cur.two) zero_rows_past_end(sK1, cur, cur.tile + 1);
       float mx[2], scale1[2], m1[2];
       mask_max(sc, cur.tile + 1, cur.two, vis, mx);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        m1[h] = lazy_max(m_run[h], mx[h]);
-        scale1[h] = rescale_of(m_run[h], m1[h]);
-        l_run[h] *= scale1[h];
-      }
-      exponentiate(sc, m1, l_run);
-      pack_p(sc, pa);
-      store_p(sK1 + 8 * kBlockBytes, tid, pa);
-      if (t4 == 0) s_max[kM + r0] = m1[0], s_max[kM + r0 + 8] = m1[1];
-      wgmma::fence_async_smem();
-      bar_arrive(kBarP1, kThreads);
+      own_softmax(sc, mx, sK1 + 8 * kBlockBytes, kM, kBarP1, pa, m1, scale1);
       rescale_o(o, scale1);
       wgmma::fence();
 #pragma unroll
@@ -503,9 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kTma) {
         wgmma::wait<0>();
         wgmma::fence_operand(o);
-        if (nxt.valid)
-#pragma unroll
-          for (int blk = 4; blk < 8; ++blk) load_block(sK1, bars1, blk, next_second);
+        refill(true, 4, 8);
         rescale_o(o, scale_o);
       } else if (bar_any(kBarFixP0, 128, o_moves)) {
         wgmma::wait<0>();
@@ -520,15 +516,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::commit();
       if constexpr (!kTma) {
         wgmma::wait<1>();
-        if (nxt.valid)
-#pragma unroll
-          for (int blk = 4; blk < 8; ++blk) load_block(sK1, bars1, blk, next_second);
+        refill(true, 4, 8);
       }
       wgmma::wait<0>();
       wgmma::fence_operand(o);
-      if (nxt.valid)
-#pragma unroll
-        for (int blk = 4; blk < 9; ++blk) load_block(sK0, bars0, blk, next_first);
+      refill(false, 4, 9);
     }
 
     if (cur.last) {
