@@ -187,6 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kTma) {
       wgmma::fence_async_smem();  // the barriers as the TMA sees them
       tma::prefetch_map(&p.cache_map);
+      tma::prefetch_map(&p.cache_map4);
     }
   }
   __syncthreads();

@@ -3,6 +3,10 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include <string>
+
+#include <fmt/format.h>
+
 #include "common/error.h"
 
 namespace mlaserve::cuda {
@@ -21,6 +25,21 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
+// Encodes a BF16 map with the 128-byte swizzle; `what` names it in the error.
+template <int kRank>
+CUtensorMap encode_bf16_sw128(const void* base, const cuuint64_t (&dims)[kRank],
+                              const cuuint64_t (&strides)[kRank - 1], const cuuint32_t (&box)[kRank],
+                              const std::string& what) {
+  CUtensorMap map{};
+  cuuint32_t elem_strides[kRank];
+  for (auto& e : elem_strides) e = 1;
+  CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, kRank, const_cast<void*>(base), dims, strides, box,
+                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  MLA_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed ({}) for {}", int(r), what);
+  return map;
+}
+
 }  // namespace
 
 CUtensorMap bf16_tensor_map_sw128(const void* base, int64_t rows, int64_t cols, int64_t row_bytes, int box_rows,
@@ -29,17 +48,11 @@ CUtensorMap bf16_tensor_map_sw128(const void* base, int64_t rows, int64_t cols, 
                 reinterpret_cast<uintptr_t>(base) % 16 == 0 && rows >= 1 && cols >= box_cols,
             "tensor map: BF16 [{}, {}] with rows {} bytes apart cannot be read in {}x{} boxes with the 128-byte swizzle",
             rows, cols, row_bytes, box_rows, box_cols);
-  CUtensorMap map{};
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
   const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
-                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  MLA_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed ({}) for BF16 [{}, {}], box {}x{}", int(r), rows, cols,
-            box_rows, box_cols);
-  return map;
+  return encode_bf16_sw128<2>(base, dims, strides, box,
+                              fmt::format("BF16 [{}, {}], box {}x{}", rows, cols, box_rows, box_cols));
 }
 
 CUtensorMap bf16_tensor_map_sw128_blocks(const void* base, int64_t rows, int64_t cols, int64_t row_bytes, int box_rows,
@@ -49,17 +62,11 @@ CUtensorMap bf16_tensor_map_sw128_blocks(const void* base, int64_t rows, int64_t
                 rows >= 1,
             "tensor map: BF16 [{}, {}] with rows {} bytes apart cannot be read as {} blocks of {}x64", rows, cols,
             row_bytes, box_blocks, box_rows);
-  CUtensorMap map{};
   const cuuint64_t dims[3] = {64, cuuint64_t(rows), cuuint64_t(cols / 64)};
   const cuuint64_t strides[2] = {cuuint64_t(row_bytes), 128};
   const cuuint32_t box[3] = {64, cuuint32_t(box_rows), cuuint32_t(box_blocks)};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides, box,
-                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  MLA_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed ({}) for BF16 [{}, {}] as {} blocks of {}x64", int(r),
-            rows, cols, box_blocks, box_rows);
-  return map;
+  return encode_bf16_sw128<3>(base, dims, strides, box,
+                              fmt::format("BF16 [{}, {}] as {} blocks of {}x64", rows, cols, box_blocks, box_rows));
 }
 
 }  // namespace mlaserve::cuda
