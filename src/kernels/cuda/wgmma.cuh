@@ -22,6 +22,19 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_addr, uint32_t lead
          uint64_t((stride_bytes >> 4) & 0x3FFF) << 32 | uint64_t(1) << 62;
 }
 
+// The same descriptor as two 32-bit halves, for operands at byte offsets from one base: `at(bytes)`
+// adds bytes / 16 to the start-address field alone (one add; a shared-memory address below 256 KB
+// cannot carry out of that 14-bit field), where desc_sw128 of each address masks and shifts it
+// again (ten uniform instructions a wgmma rather than four, in the paired MLA kernel's S).
+struct Sw128Desc {
+  uint32_t lo, hi;
+  __device__ __forceinline__ Sw128Desc(uint32_t smem_addr, uint32_t leading_bytes, uint32_t stride_bytes) {
+    const uint64_t d = desc_sw128(smem_addr, leading_bytes, stride_bytes);
+    lo = uint32_t(d), hi = uint32_t(d >> 32);
+  }
+  __device__ __forceinline__ uint64_t at(uint32_t bytes) const { return uint64_t(hi) << 32 | (lo + (bytes >> 4)); }
+};
+
 // Before the first wgmma that reads registers (accumulators, A fragments) written by other instructions.
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
