@@ -433,6 +433,43 @@ __global__ void __launch_bounds__(kThreads, 1)
     bar_arrive(bar, kThreads);
   };
 
+  // A whole job's output rows through shared memory (Q's buffer, free once the job's last S is done:
+  // the barrier before this), then 16 bytes a thread, a warp 512 contiguous bytes of a row. Stored
+  // from the MMA layout, 4 bytes a thread, each 32-byte sector was written in halves by two stores:
+  // 6.7 us from the last pair's end to the stores issued at 128 heads, B 64, ctx 4096 (H200).
+  auto store_o_staged = [&](const Job& job, const float (&row_l)[2]) {
+    constexpr uint32_t kPitch = kL * 2 + 16;  // bytes a staged row; + 16: a store's 8 rows on distinct banks
+    static_assert(kM * kPitch <= kTileBytes, "staged rows fit in Q's buffer");
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float inv = row_l[h] > 0 ? p.kv_scale / row_l[h] : 0.f;
+      const uint32_t row = sQ + uint32_t(r0 + 8 * h) * kPitch + uint32_t(wg * 256 + 2 * t4) * 2;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(row + 16 * j), "r"(*reinterpret_cast<const uint32_t*>(&v))
+                     : "memory");
+      }
+    }
+    __syncthreads();
+    const SeqPlace sp = seq_place(p, job);
+    constexpr int kRowChunks = kL * 2 / 16;  // 64 chunks of 16 bytes a row
+#pragma unroll 4
+    for (int c = tid; c < kM * kRowChunks; c += kThreads) {
+      const int r = c / kRowChunks, k = c % kRowChunks;
+      if (r >= job.num_rows) break;  // rows past the job's end are the highest c
+      uint4 v;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(sQ + uint32_t(r) * kPitch + uint32_t(k) * 16)
+                   : "memory");
+      const RowPlace rp = place_row(p, job, sp, r);
+      bf16* dst = static_cast<bf16*>(p.out) + rp.token * p.out_stride_t + rp.head * p.out_stride_h;
+      reinterpret_cast<uint4*>(dst)[k] = v;
+    }
+    __syncthreads();  // every staged row read before the next job's Q lands in the buffer
+  };
+
   for (uint32_t parity = 0; cur.valid; parity ^= 1) {
     const Pair nxt = take_pair(p, jobs, cursor);
     const Slots next_first = slots_of(nxt, 0), next_second = slots_of(nxt, 1);  // read early: used after the MMAs
@@ -538,8 +575,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       __syncthreads();
       const float row_l[2] = {s_sum[r0] + s_sum[kM + r0], s_sum[r0 + 8] + s_sum[kM + r0 + 8]};
-      store_o_rows(p, s, job, job.split_offset + int(blockIdx.x) - job.first_cta, o, r0, wg * 256 + 2 * t4, row_l,
-                   m_run, wg == 0 && t4 == 0);
+      const bool out_rows_aligned =  // read here, not kept through the loop (a register less)
+          (reinterpret_cast<uintptr_t>(p.out) | uintptr_t(p.out_stride_t) * 2 | uintptr_t(p.out_stride_h) * 2) % 16 == 0;
+      if (job.num_splits == 1 && out_rows_aligned)
+        store_o_staged(job, row_l);
+      else
+        store_o_rows(p, s, job, job.split_offset + int(blockIdx.x) - job.first_cta, o, r0, wg * 256 + 2 * t4, row_l,
+                     m_run, wg == 0 && t4 == 0);
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.f;
       m_run[0] = m_run[1] = -INFINITY;
