@@ -86,16 +86,27 @@ void MlaDecodePlan::run(const MlaDecodeParams& p, cudaStream_t stream, bool comb
   launch_mla_decode_run(p, sched_, stream, combine);
 }
 
-void MlaDecodePlan::set_cache_maps(MlaDecodeParams& p, int64_t num_slots) {
-  auto it = cache_maps_.find(p.cache);
-  if (it == cache_maps_.end() || it->second.num_slots != num_slots) {
-    const CacheMaps maps{
-        num_slots, bf16_tensor_map_sw128(p.cache, num_slots, kMlaKvDim, kMlaKvDim * 2, kMlaBlockKeys, 64),
-        bf16_tensor_map_sw128_blocks(p.cache, num_slots, kMlaKvDim, kMlaKvDim * 2, kMlaBlockKeys, 4)};
-    it = cache_maps_.insert_or_assign(p.cache, maps).first;
+const MlaDecodePlan::RowMaps& MlaDecodePlan::row_maps(std::unordered_map<const void*, RowMaps>& maps,
+                                                     const void* base, int64_t rows) {
+  auto it = maps.find(base);
+  if (it == maps.end() || it->second.rows != rows) {
+    const RowMaps made{rows, bf16_tensor_map_sw128(base, rows, kMlaKvDim, kMlaKvDim * 2, kMlaBlockKeys, 64),
+                       bf16_tensor_map_sw128_blocks(base, rows, kMlaKvDim, kMlaKvDim * 2, kMlaBlockKeys, 4)};
+    it = maps.insert_or_assign(base, made).first;
   }
-  p.cache_map = it->second.one_block;
-  p.cache_map4 = it->second.four_blocks;
+  return it->second;
+}
+
+void MlaDecodePlan::set_cache_maps(MlaDecodeParams& p, int64_t num_slots) {
+  const RowMaps& maps = row_maps(cache_maps_, p.cache, num_slots);
+  p.cache_map = maps.one_block;
+  p.cache_map4 = maps.four_blocks;
+}
+
+void MlaDecodePlan::set_q_maps(MlaDecodeParams& p, int64_t rows) {
+  const RowMaps& maps = row_maps(q_maps_, p.q, rows);
+  p.q_map = maps.one_block;
+  p.q_map4 = maps.four_blocks;
 }
 
 MlaDecodePlan& CudaBackend::mla_decode_plan() {
@@ -140,6 +151,8 @@ MlaDecodeParams mla_decode_params(const Tensor& q, const Tensor& cache, float kv
   p.kv_scale = kv_scale;
   p.cache_tma = md.kv_page_size % kMlaBlockKeys == 0 && !plan.force_cp_async;
   if (p.cache_tma && !fp8) plan.set_cache_maps(p, cache.size(0));
+  p.q_tma = p.cache_tma && !fp8 && T > 0 && H > 0 && q.stride(1) == kMlaKvDim && q.stride(0) == H * kMlaKvDim;
+  if (p.q_tma) plan.set_q_maps(p, T * H);
   p.cache_rows = cache.size(0);
   p.kv_indices = md.kv_indices.data<int32_t>();
   p.kv_start = md.kv_start.data<int32_t>();

@@ -53,6 +53,11 @@ struct MlaDecodeParams {
   CUtensorMap cache_map;   // a BF16 cache as [num_slots, 576], 64 x 64 boxes, 128-byte swizzle
   CUtensorMap cache_map4;  // the same, boxes of four 64-column blocks of 64 rows, block after block
   int64_t cache_rows;     // num_slots: bulk copies stop there
+  // With cache_tma and a BF16 cache, where q's rows are contiguous ([T * H, 576]: a job's 64 rows are
+  // consecutive) the paired kernel takes Q by the TMA too, through maps of q as of the cache, in
+  // three copies each with its own barrier, so that S starts on Q's first blocks as they land.
+  bool q_tma;
+  CUtensorMap q_map, q_map4;
   const int32_t* kv_indices;   // [sum(seq_lens)] cache slot of each token of each seq
   const int32_t* kv_start;     // [num_seqs + 1] offsets into kv_indices
   const int32_t* seq_lens;     // [num_seqs] keys in the cache per seq
@@ -112,6 +117,8 @@ class MlaDecodePlan {
   bool force_cp_async = false;   // tests and benchmarks: no TMA, whatever the page size
   // The TMA maps of a BF16 cache tensor (made once per tensor: one per layer) into p.
   void set_cache_maps(MlaDecodeParams& p, int64_t num_slots);
+  // The same for q as [rows, 576] (rows = T * H), made once per q buffer and row count.
+  void set_q_maps(MlaDecodeParams& p, int64_t rows);
   int planned_ctas() const { return sched_.num_ctas; }
   int planned_rows_per_job() const { return 16 * sched_.m_tiles; }
 
@@ -127,11 +134,13 @@ class MlaDecodePlan {
   int64_t batch_id_ = 0, tokens_ = -1, seqs_ = -1, heads_ = -1;
   const void* seq_lens_ = nullptr;
   const void* query_start_ = nullptr;
-  struct CacheMaps {
-    int64_t num_slots;
+  // A [rows, 576] BF16 tensor's maps: 64 x 64 boxes, and boxes of four 64-column blocks.
+  struct RowMaps {
+    int64_t rows;
     CUtensorMap one_block, four_blocks;
   };
-  std::unordered_map<const void*, CacheMaps> cache_maps_;
+  const RowMaps& row_maps(std::unordered_map<const void*, RowMaps>& maps, const void* base, int64_t rows);
+  std::unordered_map<const void*, RowMaps> cache_maps_, q_maps_;
 };
 
 }  // namespace mlaserve::cuda

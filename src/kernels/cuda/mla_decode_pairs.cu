@@ -70,8 +70,8 @@ struct Smem {
   static constexpr uint32_t q = 0;                      // [64, 576]
   static constexpr uint32_t k0 = q + kTileBytes;        // [64, 576] the pair's first tile
   static constexpr uint32_t k1 = k0 + kTileBytes;       // [64, 576] its second
-  static constexpr uint32_t bars = k1 + kTileBytes;     // [2][9] u64: block b of k0 / k1 landed; then Q's
-  static constexpr uint32_t max = bars + (2 * kBlocks + 1) * 8;  // [2][64] f32: m0, m1
+  static constexpr uint32_t bars = k1 + kTileBytes;     // [2][9] u64: block b of k0 / k1 landed; then Q's 3
+  static constexpr uint32_t max = bars + (2 * kBlocks + 3) * 8;  // [2][64] f32: m0, m1
   static constexpr uint32_t sum = max + 2 * kM * 4;     // [2][64] f32: each warpgroup's row sums at a job's end
   static constexpr uint32_t bytes = sum + 2 * kM * 4 + 1024;  // + slack to align the base to 1024
 };
@@ -188,11 +188,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     // A block's barrier counts one warpgroup's cp.async arrivals, or the TMA's bytes.
     for (int b = 0; b < 2 * kBlocks; ++b) mbar::init(sBars + b * 8, kTma ? 1 : 128);
-    mbar::init(bar_q, kThreads);
+    // Q: every thread's cp.async arrivals, or (q_tma) the TMA's bytes of blocks 0-3, 4-7 and 8 on three barriers.
+    if (kTma && p.q_tma) {
+      for (int g = 0; g < 3; ++g) mbar::init(bar_q + g * 8, 1);
+    } else {
+      mbar::init(bar_q, kThreads);
+    }
     if constexpr (kTma) {
       wgmma::fence_async_smem();  // the barriers as the TMA sees them
       tma::prefetch_map(&p.cache_map);
       tma::prefetch_map(&p.cache_map4);
+      if (p.q_tma) tma::prefetch_map(&p.q_map), tma::prefetch_map(&p.q_map4);
     }
   }
   __syncthreads();
@@ -212,7 +218,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = p.scale * p.kv_scale * 1.4426950408889634f;
 
   // Q: 4 threads a row, 18 of its 72 chunks each; rows past the job's end are zero-filled.
+  uint32_t q_parity = 0;  // the phase of Q's barriers: one a job
   auto load_q = [&](const Job& job) {
+    if (kTma && p.q_tma) {  // the job's rows are consecutive in q as [T * H, 576]; past its end S masks them
+      if (tid == 0) {
+        wgmma::fence_async_smem();  // after the generic stores of staged output rows to the same buffer
+        const int row = seq_place(p, job).q0 * p.num_heads + job.row0;
+        for (int g = 0; g < 3; ++g) {
+          mbar::arrive_expect_tx(bar_q + g * 8, (g == 2 ? 1 : 4) * kBlockBytes);
+          if (g == 2)
+            tma::load_2d(sQ + 8 * kBlockBytes, &p.q_map, 8 * 64, row, bar_q + 16);
+          else
+            tma::load_3d(sQ + 4 * g * kBlockBytes, &p.q_map4, 0, row, 4 * g, bar_q + g * 8);
+        }
+      }
+      return;
+    }
     const int r = tid / 4;
     const bool valid = r < job.num_rows;
     const bf16* src = q;
@@ -300,6 +321,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kTma) {
 #pragma unroll
       for (int i = 0; i < kBlocks; ++i) {
+        if (p.q_tma && i % 4 == 0) mbar::wait(bar_q + block_of(i) / 4 * 8, q_parity);  // Q's blocks of this group
         mbar::wait(bars + block_of(i) * 8, parity);
         wgmma::fence();
         block_mmas(i);
@@ -370,7 +392,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   Cursor cursor{cta.x, cta.y, cta.z};
   Pair cur = take_pair(p, jobs, cursor);
-  uint32_t q_parity = 0;
   {
     const Slots a = slots_of(cur, 0), b = slots_of(cur, 1);
 #pragma unroll
@@ -480,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int blk = b0; blk < b1; ++blk)
         load_block(second ? sK1 : sK0, second ? bars1 : bars0, blk, second ? next_second : next_first);
     };
-    mbar::wait(bar_q, q_parity);
+    if (!(kTma && p.q_tma)) mbar::wait(bar_q, q_parity);
     float sc[32];
     uint32_t pa[4][4];
     if (wg == 0) {
