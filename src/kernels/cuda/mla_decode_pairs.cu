@@ -40,7 +40,9 @@
 // warpgroup asks the TMA for blocks 0-3, 4-7 and 8 of a tile instead (three copies): no copy issue
 // and no address arithmetic in the MMA warpgroups. A tile then also brings the rows of its page past
 // the seq's last key, which nothing wrote: the warpgroup that computed S over the tile zeroes them
-// in columns 0..511 (V) before any P V reads them, since 0 times a NaN is a NaN.
+// in columns 0..511 (V) before any P V reads them, since 0 times a NaN is a NaN. Q comes by the TMA
+// too where q's rows are contiguous (MlaDecodeParams::q_tma): three copies, one barrier each, so S
+// starts on Q's first blocks as they land. A whole job's output rows leave through Q's buffer.
 #include <cuda_bf16.h>
 
 #include <cmath>
