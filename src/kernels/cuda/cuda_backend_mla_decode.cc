@@ -151,7 +151,7 @@ MlaDecodeParams mla_decode_params(const Tensor& q, const Tensor& cache, float kv
   p.kv_scale = kv_scale;
   p.cache_tma = md.kv_page_size % kMlaBlockKeys == 0 && !plan.force_cp_async;
   if (p.cache_tma && !fp8) plan.set_cache_maps(p, cache.size(0));
-  p.q_tma = p.cache_tma && !fp8 && T > 0 && H > 0 && q.stride(1) == kMlaKvDim && q.stride(0) == H * kMlaKvDim;
+  p.q_tma = !fp8 && T > 0 && H > 0 && q.stride(1) == kMlaKvDim && q.stride(0) == H * kMlaKvDim;
   if (p.q_tma) plan.set_q_maps(p, T * H);
   p.cache_rows = cache.size(0);
   p.kv_indices = md.kv_indices.data<int32_t>();

@@ -53,9 +53,9 @@ struct MlaDecodeParams {
   CUtensorMap cache_map;   // a BF16 cache as [num_slots, 576], 64 x 64 boxes, 128-byte swizzle
   CUtensorMap cache_map4;  // the same, boxes of four 64-column blocks of 64 rows, block after block
   int64_t cache_rows;     // num_slots: bulk copies stop there
-  // With cache_tma and a BF16 cache, where q's rows are contiguous ([T * H, 576]: a job's 64 rows are
-  // consecutive) the paired kernel takes Q by the TMA too, through maps of q as of the cache, in
-  // three copies each with its own barrier, so that S starts on Q's first blocks as they land.
+  // With a BF16 cache, where q's rows are contiguous ([T * H, 576]: a job's 64 rows are consecutive)
+  // the paired kernel takes Q by the TMA, through maps of q as of the cache, in three copies each
+  // with its own barrier, so that S starts on Q's first blocks as they land.
   bool q_tma;
   CUtensorMap q_map, q_map4;
   const int32_t* kv_indices;   // [sum(seq_lens)] cache slot of each token of each seq

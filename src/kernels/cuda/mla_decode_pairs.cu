@@ -40,9 +40,10 @@
 // warpgroup asks the TMA for blocks 0-3, 4-7 and 8 of a tile instead (three copies): no copy issue
 // and no address arithmetic in the MMA warpgroups. A tile then also brings the rows of its page past
 // the seq's last key, which nothing wrote: the warpgroup that computed S over the tile zeroes them
-// in columns 0..511 (V) before any P V reads them, since 0 times a NaN is a NaN. Q comes by the TMA
-// too where q's rows are contiguous (MlaDecodeParams::q_tma): three copies, one barrier each, so S
-// starts on Q's first blocks as they land. A whole job's output rows leave through Q's buffer.
+// in columns 0..511 (V) before any P V reads them, since 0 times a NaN is a NaN.
+// Over either cache layout Q comes by the TMA where q's rows are contiguous (MlaDecodeParams::q_tma):
+// three copies, one barrier each, so S starts on Q's first blocks as they land. A whole job's output
+// rows leave through Q's buffer.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -191,16 +192,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     // A block's barrier counts one warpgroup's cp.async arrivals, or the TMA's bytes.
     for (int b = 0; b < 2 * kBlocks; ++b) mbar::init(sBars + b * 8, kTma ? 1 : 128);
     // Q: every thread's cp.async arrivals, or (q_tma) the TMA's bytes of blocks 0-3, 4-7 and 8 on three barriers.
-    if (kTma && p.q_tma) {
+    if (p.q_tma) {
       for (int g = 0; g < 3; ++g) mbar::init(bar_q + g * 8, 1);
+      tma::prefetch_map(&p.q_map), tma::prefetch_map(&p.q_map4);
     } else {
       mbar::init(bar_q, kThreads);
     }
+    if (kTma || p.q_tma) wgmma::fence_async_smem();  // the barriers as the TMA sees them
     if constexpr (kTma) {
-      wgmma::fence_async_smem();  // the barriers as the TMA sees them
       tma::prefetch_map(&p.cache_map);
       tma::prefetch_map(&p.cache_map4);
-      if (p.q_tma) tma::prefetch_map(&p.q_map), tma::prefetch_map(&p.q_map4);
     }
   }
   __syncthreads();
@@ -221,11 +222,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Q: 4 threads a row, 18 of its 72 chunks each; rows past the job's end are zero-filled.
   uint32_t q_parity = 0;  // the phase of Q's barriers: one a job
-  auto load_q = [&](const Job& job) {
-    if (kTma && p.q_tma) {  // the job's rows are consecutive in q as [T * H, 576]; past its end S masks them
+  // The job's first row in q as [T * H, 576] (q_tma): its rows are consecutive there.
+  auto q_row_of = [&](const Job& job) { return seq_place(p, job).q0 * p.num_heads + job.row0; };
+  auto load_q = [&](const Job& job, int row) {
+    if (p.q_tma) {  // rows past the job's end are other rows of q (or zeros past its end): S masks them
       if (tid == 0) {
         wgmma::fence_async_smem();  // after the generic stores of staged output rows to the same buffer
-        const int row = seq_place(p, job).q0 * p.num_heads + job.row0;
         for (int g = 0; g < 3; ++g) {
           mbar::arrive_expect_tx(bar_q + g * 8, (g == 2 ? 1 : 4) * kBlockBytes);
           if (g == 2)
@@ -334,6 +336,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i0 = half ? 4 : 0, i1 = half ? kBlocks : 4;
+        if (p.q_tma) {  // Q's groups of these blocks
+          mbar::wait(bar_q + block_of(i0) / 4 * 8, q_parity);
+          if (half) mbar::wait(bar_q + 16, q_parity);
+        }
         for (int i = i0; i < i1; ++i) mbar::wait(bars + block_of(i) * 8, parity);
         wgmma::fence_async_smem();  // the copies landed through the generic proxy; wgmma reads through the async one
         wgmma::fence();
@@ -403,8 +409,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       if ((blk < 4 || blk == 8) == (wg == 0)) load_block(sK1, bars1, blk, b);
     }
   }
+  // Q's row read before the PDL wait too: the seq's metadata, like the plan, came before this launch.
+  const int first_q_row = p.q_tma ? q_row_of(jobs[cur.job_idx]) : 0;
   if (s.plan_settled) pdl_wait_and_trigger();
-  load_q(jobs[cur.job_idx]);
+  load_q(jobs[cur.job_idx], first_q_row);
   int vis[2] = {visible_of(jobs[cur.job_idx], r0), visible_of(jobs[cur.job_idx], r0 + 8)};
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   float o[128];
@@ -503,7 +511,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int blk = b0; blk < b1; ++blk)
         load_block(second ? sK1 : sK0, second ? bars1 : bars0, blk, second ? next_second : next_first);
     };
-    if (!(kTma && p.q_tma)) mbar::wait(bar_q, q_parity);
+    if (!p.q_tma) mbar::wait(bar_q, q_parity);
     float sc[32];
     uint32_t pa[4][4];
     if (wg == 0) {
@@ -611,7 +619,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       l_run[0] = l_run[1] = 0.f;
       if (nxt.valid) {  // every S of the job is done (the barrier above): Q is free for the next job
         const Job next_job = jobs[nxt.job_idx];
-        load_q(next_job);
+        load_q(next_job, p.q_tma ? q_row_of(next_job) : 0);
         q_parity ^= 1;
         vis[0] = visible_of(next_job, r0);
         vis[1] = visible_of(next_job, r0 + 8);
