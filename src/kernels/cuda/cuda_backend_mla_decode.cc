@@ -104,6 +104,9 @@ void MlaDecodePlan::set_cache_maps(MlaDecodeParams& p, int64_t num_slots) {
 }
 
 void MlaDecodePlan::set_q_maps(MlaDecodeParams& p, int64_t rows) {
+  // q buffers come and go with the activations (one a layer's workspace, or a fresh one a call
+  // without graphs): a few maps kept, not one for every buffer ever seen.
+  if (q_maps_.size() >= 16 && q_maps_.find(p.q) == q_maps_.end()) q_maps_.clear();
   const RowMaps& maps = row_maps(q_maps_, p.q, rows);
   p.q_map = maps.one_block;
   p.q_map4 = maps.four_blocks;

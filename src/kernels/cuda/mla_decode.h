@@ -117,7 +117,7 @@ class MlaDecodePlan {
   bool force_cp_async = false;   // tests and benchmarks: no TMA, whatever the page size
   // The TMA maps of a BF16 cache tensor (made once per tensor: one per layer) into p.
   void set_cache_maps(MlaDecodeParams& p, int64_t num_slots);
-  // The same for q as [rows, 576] (rows = T * H), made once per q buffer and row count.
+  // The same for q as [rows, 576] (rows = T * H), made once per q buffer and row count (a few kept).
   void set_q_maps(MlaDecodeParams& p, int64_t rows);
   int planned_ctas() const { return sched_.num_ctas; }
   int planned_rows_per_job() const { return 16 * sched_.m_tiles; }

@@ -220,7 +220,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Scores and outputs carry the cache scale (1 for BF16; kept so the two kernels agree).
   const float scale_log2 = p.scale * p.kv_scale * 1.4426950408889634f;
 
-  // Q: 4 threads a row, 18 of its 72 chunks each; rows past the job's end are zero-filled.
+  // Q: three TMA copies from `row` (q_tma), or 4 threads a row, 18 of its 72 chunks each, by cp.async
+  // with rows past the job's end zero-filled.
   uint32_t q_parity = 0;  // the phase of Q's barriers: one a job
   // The job's first row in q as [T * H, 576] (q_tma): its rows are consecutive there.
   auto q_row_of = [&](const Job& job) { return seq_place(p, job).q0 * p.num_heads + job.row0; };
