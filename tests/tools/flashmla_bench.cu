@@ -1,7 +1,7 @@
 // Times FlashMLA's Hopper dense decode (its splitkv kernel, then its combine) on bench_kernels'
 // 128-head shape, so that #5's "at least as fast as FlashMLA" is measured in the same call as our
 // kernel: B seqs of ctx tokens each, pages of 64 in a random order, one query token, 128 heads.
-// Times are medians of CUDA-event-timed repeats, as bench_kernels' time_ms; FLOPs are counted as
+// Times come from the repo's median_ms (event_timer.h), as bench_kernels' time_ms; FLOPs are counted as
 // there (2 * B * 128 * ctx * (576 + 512)). Not part of the build: FlashMLA's sources stay outside
 // the repo; tests/tools/build_flashmla_bench.sh compiles this file against a checkout of them.
 // Usage: flashmla_bench [B [ctx]]   (default 64 4096)
@@ -12,10 +12,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <random>
 #include <vector>
 
+#include "kernels/cuda/event_timer.h"  // the repo's, as bench_kernels times
 #include "params.h"
 #include "sm90/decode/dense/splitkv_mla.h"
 #include "smxx/decode/combine/combine.h"
@@ -31,27 +31,6 @@
   } while (0)
 
 namespace {
-
-double median_ms(cudaStream_t stream, const std::function<void()>& fn, int reps, int warmup) {
-  for (int i = 0; i < warmup; ++i) fn();
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  auto run = [&](int n) {
-    CK(cudaEventRecord(a, stream));
-    for (int j = 0; j < n; ++j) fn();
-    CK(cudaEventRecord(b, stream));
-    CK(cudaEventSynchronize(b));
-    float t;
-    CK(cudaEventElapsedTime(&t, a, b));
-    return double(t) / n;
-  };
-  const int inner = std::clamp(int(0.2 / std::max(run(1), 1e-4)), 1, 20);  // ~0.2 ms a sample
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) ms.push_back(run(inner));
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
-}
 
 void* random_bf16(size_t n, unsigned seed) {
   std::vector<__nv_bfloat16> h(n);
@@ -137,7 +116,8 @@ int main(int argc, char** argv) {
   CK(cudaStreamSynchronize(stream));
   const double flops = 2.0 * H * double(B) * ctx * (D + DV);
   for (int rep = 0; rep < 2; ++rep) {
-    const double t_both = median_ms(stream, both, 100, 10), t_attention = median_ms(stream, attention, 100, 10);
+    const double t_both = mlaserve::cuda::median_ms(stream, [&](int) { both(); }, 100, 10);
+    const double t_attention = mlaserve::cuda::median_ms(stream, [&](int) { attention(); }, 100, 10);
     std::printf("flashmla H=%d B=%d ctx=%d pg=64: splitkv+combine %.4f ms %.1f TFLOP/s, splitkv alone %.4f ms %.1f "
                 "TFLOP/s (%d sm parts)\n",
                 H, B, ctx, t_both, flops / t_both / 1e9, t_attention, flops / t_attention / 1e9, num_sm_parts);

@@ -160,6 +160,17 @@ __device__ __forceinline__ void rescale_p(uint32_t block, int tid, const float (
   }
 }
 
+// Copies block group b / 4 of a 64-row tile (blocks 0-3 or 4-7 as one box of map4, block 8 alone
+// through map) from `row` of a [rows, 576] tensor into `tile`, counted on `bar`.
+__device__ __forceinline__ void copy_block_group(uint32_t tile, const CUtensorMap* map, const CUtensorMap* map4,
+                                                 int b, int row, uint32_t bar) {
+  mbar::arrive_expect_tx(bar, (b == 8 ? 1 : 4) * kBlockBytes);
+  if (b == 8)
+    tma::load_2d(tile + b * kBlockBytes, map, b * 64, row, bar);
+  else
+    tma::load_3d(tile + b * kBlockBytes, map4, 0, row, b, bar);
+}
+
 template <bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_pairs_kernel(const __grid_constant__ MlaDecodeParams p, MlaDecodeSchedule s) {
@@ -229,13 +240,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (p.q_tma) {  // rows past the job's end are other rows of q (or zeros past its end): S masks them
       if (tid == 0) {
         wgmma::fence_async_smem();  // after the generic stores of staged output rows to the same buffer
-        for (int g = 0; g < 3; ++g) {
-          mbar::arrive_expect_tx(bar_q + g * 8, (g == 2 ? 1 : 4) * kBlockBytes);
-          if (g == 2)
-            tma::load_2d(sQ + 8 * kBlockBytes, &p.q_map, 8 * 64, row, bar_q + 16);
-          else
-            tma::load_3d(sQ + 4 * g * kBlockBytes, &p.q_map4, 0, row, 4 * g, bar_q + g * 8);
-        }
+        for (int g = 0; g < 3; ++g) copy_block_group(sQ, &p.q_map, &p.q_map4, 4 * g, row, bar_q + g * 8);
       }
       return;
     }
@@ -280,11 +285,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int warp = (tile == sK1 ? 1 : 0) + (group == 2 ? 2 : 0);
       if (tid % 128 == warp * 32) {
         if (sl.s[0] >= 0 && b % 4 == 0) {
-          mbar::arrive_expect_tx(bars + b * 8, (group == 2 ? 1 : 4) * kBlockBytes);
-          if (group == 2)
-            tma::load_2d(tile + b * kBlockBytes, &p.cache_map, b * 64, sl.s[0], bars + b * 8);
-          else
-            tma::load_3d(tile + b * kBlockBytes, &p.cache_map4, 0, sl.s[0], b, bars + b * 8);
+          copy_block_group(tile, &p.cache_map, &p.cache_map4, b, sl.s[0], bars + b * 8);
         } else {
           mbar::arrive(bars + b * 8);  // an absent tile (nothing to wait for), or its group's copy brings it
         }
