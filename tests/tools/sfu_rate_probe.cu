@@ -7,16 +7,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstdlib>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/event_timer.h"
 
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
 
 enum Form { kF32, kF16x2, kBf16x2 };
 
@@ -40,18 +35,12 @@ __global__ void ex2_chains(unsigned* sink, int iters) {
 
 template <Form kForm>
 void measure(const char* name, int sms, int clock_khz, unsigned* sink) {
-  constexpr int kIters = 20000, kThreads = 512;
+  constexpr int kIters = 2000, kThreads = 512;
   const int blocks = sms * 4;
-  ex2_chains<kForm><<<blocks, kThreads>>>(sink, kIters);  // warm-up
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
-  check(cudaEventRecord(a), "record");
-  ex2_chains<kForm><<<blocks, kThreads>>>(sink, kIters);
-  check(cudaEventRecord(b), "record");
-  check(cudaEventSynchronize(b), "launch");
-  float ms = 0;
-  check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+  const double ms = mlaserve::cuda::median_ms(0, [&](int) {
+    ex2_chains<kForm><<<blocks, kThreads>>>(sink, kIters);
+    CUDA_CHECK_LAUNCH();
+  }, 20, 2);
   const double instrs = double(blocks) * kThreads * kIters * 8, elems = instrs * (kForm == kF32 ? 1 : 2);
   const double clocks = ms * 1e-3 * clock_khz * 1e3 * sms;
   std::printf("%-7s %8.3f ms  %6.2f elements / clock / SM  %6.2f PTX instructions / clock / SM\n", name, ms,
@@ -62,13 +51,13 @@ void measure(const char* name, int sms, int clock_khz, unsigned* sink) {
 
 int main() {
   int sms = 0, clock_khz = 0;
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attribute");
-  check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0), "attribute");
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
   unsigned* sink = nullptr;
-  check(cudaMalloc(&sink, sizeof(unsigned)), "malloc");
+  CUDA_CHECK(cudaMalloc(&sink, sizeof(unsigned)));
   std::printf("%d SMs, maximum clock %d MHz\n", sms, clock_khz / 1000);
   measure<kF32>("f32", sms, clock_khz, sink);
   measure<kF16x2>("f16x2", sms, clock_khz, sink);
   measure<kBf16x2>("bf16x2", sms, clock_khz, sink);
-  check(cudaFree(sink), "free");
+  CUDA_CHECK(cudaFree(sink));
 }
