@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds tests/tools/flashmla_bench.cu (with the repo's event_timer.cc) against a FlashMLA checkout
+# Builds tests/tools/flashmla_bench.cu (with the repo's event_timer.cu) against a FlashMLA checkout
 # (its csrc/, not vendored here) and CUTLASS's headers, for sm_90a. The binary runs on the GPU
 # machine beside bench_kernels.
 # Usage: tests/tools/build_flashmla_bench.sh FLASHMLA_DIR CUTLASS_DIR [OUT]
@@ -15,7 +15,8 @@ flags=(-O3 -std=c++20 -DNDEBUG -D_USE_MATH_DEFINES -DFLASH_MLA_DISABLE_FP16 --ex
        -I"$repo/src" -I"$fm/csrc" -I"$fm/csrc/kerutils/include" -I"$cutlass/include" -I"$cutlass/tools/util/include")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$nvcc" -O3 -std=c++17 -I"$repo/src" -c "$repo/src/kernels/cuda/event_timer.cc" -o "$tmp/event_timer.o" &
+"$nvcc" -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I"$repo/src" -c "$repo/src/kernels/cuda/event_timer.cu" \
+  -o "$tmp/event_timer.o" &
 pids=($!)  # as the repo builds it (C++17: its fmt headers)
 for src in "$here/flashmla_bench.cu" "$fm/csrc/sm90/decode/dense/instantiations/bf16.cu" \
            "$fm/csrc/smxx/decode/combine/combine.cu" \
