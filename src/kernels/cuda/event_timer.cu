@@ -30,10 +30,10 @@ double median_ms(cudaStream_t stream, const std::function<void(int)>& fn, int re
   CUDA_CHECK(cudaEventCreate(&a));
   CUDA_CHECK(cudaEventCreate(&b));
   // Each sample's first event and launches are queued while the stream is held, so that the sample
-  // starts with the launches already on the GPU: an idle GPU would otherwise wait at the first event
-  // for the host to submit the first launch (a few microseconds, all of a 0.1 ms kernel's error when
-  // it runs once a sample). The hold outlasts the host's queueing by twice what the last sample took;
-  // a call that waits for the GPU itself lengthens the hold (up to 1 ms) and pays only GPU time.
+  // starts with the launches already on the GPU: an idle GPU would otherwise pass the first event and
+  // wait for the host's work up to the first launch (FlashMLA's launch function held 4 us of a 0.13 ms
+  // sample so). The hold outlasts the host's queueing by twice what the last sample took; a call
+  // that waits for the GPU itself lengthens the hold (up to 1 ms) and pays only GPU time.
   double hold_us = 50;
   auto run = [&](int first, int n) {
     hold_stream(stream, hold_us);

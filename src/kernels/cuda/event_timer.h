@@ -11,7 +11,7 @@ namespace mlaserve::cuda {
 // calls. A sample's calls are queued behind a kernel that holds the stream, so that they run back to
 // back from the first event on, as a graph replays them, with none of the host's submission in the
 // time. Short calls run several times a sample (each with its own index, so callers rotating among
-// input sets larger than L2 keep them out of it), as the events' resolution is about a microsecond.
+// input sets larger than L2 keep them out of it), as events resolve about half a microsecond.
 double median_ms(cudaStream_t stream, const std::function<void(int)>& fn, int reps = 50, int warmup = 5);
 
 // Keeps `stream` busy for `us` microseconds of the GPU's clock (one thread sleeping), so that what the
