@@ -440,8 +440,10 @@ struct PlanOut {
 };
 
 // The plan as one serial loop computes it (the first plan kernel, ported to the host): jobs of
-// 16 * m_tiles rows in seq then row order (none from index max_jobs on), the concatenation of
-// their 64-key tiles cut evenly between P = min(tiles, num_ctas) CTAs; or whole jobs, CTA c of
+// 16 * m_tiles rows in seq then row order (none from index max_jobs on; on the kernel's
+// small-batch path level-major: every seq's first job, then every seq's second...), the
+// concatenation of their 64-key tiles cut evenly between P = min(tiles, num_ctas) CTAs (on the
+// small-batch path P rounded down to a multiple of the most jobs a seq has); or whole jobs, CTA c of
 // Pw = min(num_ctas, jobs) taking jobs [c * jobs / Pw, (c + 1) * jobs / Pw), when the most tiles a
 // CTA gets that way exceed ceil(tiles / P) by at most ceil(rows of the widest job / 16 * min(jobs,
 // num_ctas) / num_ctas) (a batch of few jobs has few partials to combine). The
@@ -451,32 +453,37 @@ PlanOut plan_reference(const std::vector<int32_t>& seq_lens, const std::vector<i
                        int m_tiles, int max_jobs, int num_ctas) {
   PlanOut out;
   const int M = 16 * m_tiles;
-  std::vector<int32_t>& jobs = out.jobs;
-  int nj = 0;
-  int64_t total = 0;
-  for (int q = 0; q < int(seq_lens.size()); ++q) {
-    int n = query_start[q + 1] - query_start[q], len = seq_lens[q], rows = n * H;
-    for (int r0 = 0; r0 < rows && nj < max_jobs; r0 += M) {
-      int nr = std::min(M, rows - r0), keys = std::max(len - n + (r0 + nr - 1) / H + 1, 1);
-      int tiles = (keys + cuda::kMlaBlockKeys - 1) / cuda::kMlaBlockKeys;
-      jobs.insert(jobs.end(), {q, r0, nr, tiles, keys, 0, 0, 0});
-      ++nj;
-      total += tiles;
-    }
-  }
-  out.num_jobs = nj;
-  auto cta_of = [&](int64_t g, int P) { return int(((g + 1) * P - 1) / total); };
-  const int P = int(std::min<int64_t>(total, num_ctas));
-  out.ctas.assign(size_t(std::max(num_ctas, 0)) * 4, 0);
-  // Whole jobs: the kernel's small-batch path takes runs of them, the general one runs of one.
-  int widest = 0, most_jobs_a_seq = 0, all_jobs = 0;
-  for (int j = 0; j < nj; ++j) widest = std::max(widest, jobs[size_t(j) * 8 + 2]);
+  int most_jobs_a_seq = 0, all_jobs = 0;
   for (int q = 0; q < int(seq_lens.size()); ++q) {
     const int rows = (query_start[q + 1] - query_start[q]) * H, n = (rows + M - 1) / M;
     most_jobs_a_seq = std::max(most_jobs_a_seq, n);
     all_jobs += n;
   }
   const bool small_path = seq_lens.size() <= 512 && most_jobs_a_seq <= 8 && all_jobs <= max_jobs;
+  std::vector<int32_t>& jobs = out.jobs;
+  int nj = 0;
+  int64_t total = 0;
+  // Job `level` of seq q (the rows from level * M), if it has one and max_jobs is not reached.
+  auto add_job = [&](int q, int level) {
+    int n = query_start[q + 1] - query_start[q], len = seq_lens[q], rows = n * H, r0 = level * M;
+    if (r0 >= rows || nj >= max_jobs) return;
+    int nr = std::min(M, rows - r0), keys = std::max(len - n + (r0 + nr - 1) / H + 1, 1);
+    int tiles = (keys + cuda::kMlaBlockKeys - 1) / cuda::kMlaBlockKeys;
+    jobs.insert(jobs.end(), {q, r0, nr, tiles, keys, 0, 0, 0});
+    ++nj;
+    total += tiles;
+  };
+  for (int level = 0; small_path && level < most_jobs_a_seq; ++level)
+    for (int q = 0; q < int(seq_lens.size()); ++q) add_job(q, level);
+  for (int q = 0; !small_path && q < int(seq_lens.size()); ++q)
+    for (int level = 0; level * M < (query_start[q + 1] - query_start[q]) * H; ++level) add_job(q, level);
+  out.num_jobs = nj;
+  auto cta_of = [&](int64_t g, int P) { return int(((g + 1) * P - 1) / total); };
+  const int P = int(std::min<int64_t>(total, num_ctas));
+  out.ctas.assign(size_t(std::max(num_ctas, 0)) * 4, 0);
+  // Whole jobs: the kernel's small-batch path takes runs of them, the general one runs of one.
+  int widest = 0;
+  for (int j = 0; j < nj; ++j) widest = std::max(widest, jobs[size_t(j) * 8 + 2]);
   const int Pw = std::min(num_ctas, nj);
   auto run_begin = [&](int c) { return int(int64_t(c) * nj / Pw); };
   std::vector<int64_t> job_tile(size_t(nj) + 1, 0);
@@ -496,10 +503,12 @@ PlanOut plan_reference(const std::vector<int32_t>& seq_lens, const std::vector<i
     }
     return out;
   }
+  // The small-batch path's cut: a multiple of the levels.
+  const int Pc = small_path && most_jobs_a_seq > 1 && P >= most_jobs_a_seq ? P - P % most_jobs_a_seq : P;
   int j = 0;
   int64_t before = 0;
-  for (int c = 0; c < P; ++c) {
-    int64_t g0 = c * total / P, g1 = (c + 1) * total / P;
+  for (int c = 0; c < Pc; ++c) {
+    int64_t g0 = c * total / Pc, g1 = (c + 1) * total / Pc;
     while (j < nj && before + jobs[j * 8 + 3] <= g0) before += jobs[j++ * 8 + 3];
     int32_t* e = &out.ctas[size_t(c) * 4];
     e[0] = j, e[1] = int(g0 - before), e[2] = int(g1 - g0);
@@ -508,7 +517,7 @@ PlanOut plan_reference(const std::vector<int32_t>& seq_lens, const std::vector<i
   before = 0;
   for (j = 0; j < nj; ++j) {
     int32_t* job = &jobs[size_t(j) * 8];
-    int first = cta_of(before, P), last = cta_of(before + job[3] - 1, P);
+    int first = cta_of(before, Pc), last = cta_of(before + job[3] - 1, Pc);
     job[5] = first, job[6] = last - first + 1, job[7] = offset;
     offset += last - first + 1;
     before += job[3];

@@ -16,16 +16,23 @@ namespace {
 using mla::Job;
 using mla::kBN;
 
-// Jobs are numbered seq-major (then by row0) and CTA c < P takes tiles [c * total / P,
-// (c + 1) * total / P) of their concatenation (or job c whole: whole_jobs), so everything about a
-// job follows from its seq, its index in the seq, and the jobs and tiles before it: prefix sums
-// over a block. Jobs from index max_jobs on are dropped (and their tiles not counted), as the
-// serial loop did. A few blocks each compute the whole plan (that is cheap) and write their share
-// of it (one SM's stores drain too slowly for thousands of jobs):
+// CTA c < P takes tiles [c * total / P, (c + 1) * total / P) of the jobs' concatenation (or job c
+// whole: whole_jobs), so everything about a job follows from its seq, its index in the seq, and
+// the jobs and tiles before it: prefix sums over a block. Jobs from index max_jobs on are dropped
+// (and their tiles not counted), as the serial loop did. A few blocks each compute the whole plan
+// (that is cheap) and write their share of it (one SM's stores drain too slowly for thousands of
+// jobs):
 //   small batches (decode: seqs <= threads, a few jobs each): a thread a seq with its jobs in
-//     registers; one prefix sum of jobs and tiles, one of splits (plan_small_batch).
-//   any batch: windows of seqs and chunks of jobs through shared memory, swept twice
-//     (plan_any_batch).
+//     registers, numbered level-major: every seq's first job, then every seq's second, and so on.
+//     A seq's jobs (its row groups: 128 heads are two jobs of 64 rows) read the same tiles; so
+//     numbered, with the same tile count at every level, they fall on CTAs P / levels apart at the
+//     same step of their runs, so the second read of a tile can find it in L2. Numbered
+//     seq-major, mixed lengths put a seq's two reads of a tile tens of microseconds apart (the
+//     bench's ctx~4096 batch: 19 tiles' steps at the median, by a host simulation), while about
+//     100 MB stream through the 50 MB L2. (On an H200, whose DRAM keeps up, the two measured even.)
+//     A prefix sum of jobs and tiles a level, one of splits a level (plan_small_batch).
+//   any batch: seq-major (then by row0); windows of seqs and chunks of jobs through shared
+//     memory, swept twice (plan_any_batch).
 
 constexpr int kPlanThreads = 512, kPlanItems = 4, kPlanSpan = kPlanThreads * kPlanItems;
 constexpr int kSmallJobs = 8;  // jobs of a seq at most on the small-batch path
@@ -146,6 +153,11 @@ __device__ __forceinline__ int plan_ctas(int64_t total, int num_ctas) {
   return int(total < num_ctas ? total : int64_t(num_ctas));
 }
 
+// P rounded down to a multiple of `levels` where that leaves some.
+__device__ __forceinline__ int aligned_ctas(int P, int levels) {
+  return levels > 1 && P >= levels ? P - P % levels : P;
+}
+
 // Whole jobs: CTA c of P = min(num_ctas, jobs) takes jobs [c * jobs / P, (c + 1) * jobs / P) whole
 // (a CtaCut over jobs instead of tiles) when its longest run (`makespan` tiles) exceeds an even
 // cut's share of the tiles by at most one tile for every 16 rows of the widest job. A job cut
@@ -200,26 +212,31 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
   const int warp_nj = __reduce_max_sync(~0u, nj);
   const FastDiv by_h(H);
   int keys[kSmallJobs], tiles[kSmallJobs], widest = 0;
-  JobsTiles mine{nj, 0};
 #pragma unroll
   for (int j = 0; j < kSmallJobs && j < warp_nj; ++j) {
     const int r0 = j * M, nr = min(M, rows - r0);
     keys[j] = max(len - n + int(by_h(r0 + nr - 1)) + 1, 1);
     tiles[j] = j < nj ? (keys[j] + kBN - 1) / kBN : 0;
-    mine.tiles += tiles[j];
     widest = max(widest, j < nj ? nr : 0);
   }
-  JobsTiles all;
-  const JobsTiles before = block_exclusive_sum(mine, all);
-  if (all.jobs > max(s.max_jobs, 0)) return false;  // the serial plan stops part-way: see plan_any_batch
-  int64_t b = before.tiles;
+  // Level-major numbering: every seq's job j (index idx[j], tile_before[j] tiles before it) after
+  // all seqs' jobs j - 1, one prefix sum a level.
+  const int levels = block_max(nj);
+  int idx[kSmallJobs];
+  int64_t tile_before[kSmallJobs];
+  JobsTiles all{0, 0};
 #pragma unroll
-  for (int j = 0; j < kSmallJobs && j < warp_nj; ++j) {
-    if (j < nj) {
-      sm.tile[before.jobs + j] = b;
-      b += tiles[j];
-    }
+  for (int j = 0; j < kSmallJobs && j < levels; ++j) {
+    JobsTiles level;
+    const JobsTiles before = block_exclusive_sum(JobsTiles{j < nj ? 1 : 0, j < nj ? tiles[j] : 0}, level);
+    idx[j] = all.jobs + before.jobs;
+    tile_before[j] = all.tiles + before.tiles;
+    all = all + level;
   }
+  if (all.jobs > max(s.max_jobs, 0)) return false;  // the serial plan stops part-way: see plan_any_batch
+#pragma unroll
+  for (int j = 0; j < kSmallJobs && j < warp_nj; ++j)
+    if (j < nj) sm.tile[idx[j]] = tile_before[j];
   __syncthreads();  // sm.tile: the tiles before each job
   // Tiles of the jobs [j0, j1).
   auto tiles_of = [&](int j0, int j1) { return (j1 < all.jobs ? sm.tile[j1] : all.tiles) - sm.tile[j0]; };
@@ -228,21 +245,25 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
   for (int c = tid; c < runs.P; c += kPlanThreads)
     makespan = max(makespan, tiles_of(int(runs.start(c)), int(runs.start(c + 1))));
   const bool whole = whole_jobs(block_max(makespan), all.tiles, block_max(widest), all.jobs, s.num_ctas);
-  const int P = whole ? runs.P : plan_ctas(all.tiles, s.num_ctas);
+  // A multiple of the levels, so that a seq's jobs start their runs at the same step (132 CTAs and
+  // 8 levels would put every other level half a run behind).
+  const int P = whole ? runs.P : aligned_ctas(plan_ctas(all.tiles, s.num_ctas), levels);
   const CtaCut cut(all.tiles, P);
-  int first[kSmallJobs], splits[kSmallJobs], my_splits = 0;
-  b = before.tiles;
+  int first[kSmallJobs], splits[kSmallJobs], split_offset[kSmallJobs];
 #pragma unroll
   for (int j = 0; j < kSmallJobs && j < warp_nj; ++j) {
     if (j < nj) {
-      first[j] = whole ? runs.cta_of(before.jobs + j) : cut.cta_of(b);
-      splits[j] = whole ? 1 : cut.cta_of(b + tiles[j] - 1) - first[j] + 1;
-      my_splits += splits[j];
-      b += tiles[j];
+      first[j] = whole ? runs.cta_of(idx[j]) : cut.cta_of(tile_before[j]);
+      splits[j] = whole ? 1 : cut.cta_of(tile_before[j] + tiles[j] - 1) - first[j] + 1;
     }
   }
-  int all_splits;
-  const int offset = block_exclusive_sum(my_splits, all_splits);
+  int splits_before = 0;  // the partials' slots in job order too
+#pragma unroll
+  for (int j = 0; j < kSmallJobs && j < levels; ++j) {
+    int level;
+    split_offset[j] = splits_before + block_exclusive_sum(j < nj ? splits[j] : 0, level);
+    splits_before += level;
+  }
   const int part = blockIdx.x, parts = gridDim.x;
   // CTA c starts in the last job at or before its first tile (whole jobs: its run's first).
   for (int c = part * kPlanThreads + tid; c < P; c += parts * kPlanThreads) {
@@ -259,22 +280,20 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
   }
   plan_finish(s, P, all.jobs, part, parts);
   // This block's jobs [lo, hi) go out through shared memory, kStage at a time, so that a warp
-  // stores contiguous bytes (a thread's own jobs lie 32 * nj bytes from the next thread's).
+  // stores contiguous bytes (a thread's own jobs lie a level apart).
   constexpr int kStage = sizeof(PlanSmem) / sizeof(Job);
   int4* stage = reinterpret_cast<int4*>(&sm);  // a Job is two int4
   const int lo = int(int64_t(all.jobs) * part / parts), hi = int(int64_t(all.jobs) * (part + 1) / parts);
   for (int j0 = lo; j0 < hi; j0 += kStage) {
     const int count = min(kStage, hi - j0);
     __syncthreads();  // sm.tile, or the last round, has been read
-    int o = offset;
 #pragma unroll
     for (int j = 0; j < kSmallJobs && j < warp_nj; ++j) {
-      const int i = before.jobs + j - j0;
-      if (j < nj && i >= 0 && i < count) {
+      const int i = j < nj ? idx[j] - j0 : -1;
+      if (i >= 0 && i < count) {
         stage[2 * i] = make_int4(tid, j * M, min(M, rows - j * M), tiles[j]);
-        stage[2 * i + 1] = make_int4(keys[j], first[j], splits[j], o);
+        stage[2 * i + 1] = make_int4(keys[j], first[j], splits[j], split_offset[j]);
       }
-      o += j < nj ? splits[j] : 0;
     }
     __syncthreads();
     int4* out = reinterpret_cast<int4*>(s.jobs) + 2 * j0;
