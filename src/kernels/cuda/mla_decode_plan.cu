@@ -26,7 +26,7 @@ using mla::kBN;
 //     registers, numbered level-major: every seq's first job, then every seq's second, and so on.
 //     A seq's jobs (its row groups: 128 heads are two jobs of 64 rows) read the same tiles; so
 //     numbered, with the same tile count at every level, they fall on CTAs P / levels apart at the
-//     same step of their runs, so the second read of a tile can find it in L2. Numbered
+//     same step of their runs, where the second read of a tile can find it in L2. Numbered
 //     seq-major, mixed lengths put a seq's two reads of a tile tens of microseconds apart (the
 //     bench's ctx~4096 batch: 19 tiles' steps at the median, by a host simulation), while about
 //     100 MB stream through the 50 MB L2. (On an H200, whose DRAM keeps up, the two measured even.)
