@@ -448,7 +448,8 @@ struct PlanOut {
 // CTA gets that way exceed ceil(tiles / P) by at most ceil(rows of the widest job / 16 * min(jobs,
 // num_ctas) / num_ctas) (a batch of few jobs has few partials to combine). The
 // kernel's general path (more than 512 seqs, or a seq of more than 8 jobs) takes whole jobs only
-// when there are no more jobs than CTAs.
+// when there are no more jobs than CTAs. A CTA's record holds its index c in the cut; on the
+// small-batch path, where P is a multiple of the levels L, it goes to block (c % (P / L)) * L + c / (P / L).
 PlanOut plan_reference(const std::vector<int32_t>& seq_lens, const std::vector<int32_t>& query_start, int H,
                        int m_tiles, int max_jobs, int num_ctas) {
   PlanOut out;
@@ -492,13 +493,20 @@ PlanOut plan_reference(const std::vector<int32_t>& seq_lens, const std::vector<i
   auto run_tiles = [&](int c) { return job_tile[size_t(run_begin(c + 1))] - job_tile[size_t(run_begin(c))]; };
   for (int c = 0; c < Pw; ++c) makespan = std::max(makespan, run_tiles(c));
   const int64_t slack = (int64_t((widest + 15) / 16) * std::min(nj, num_ctas) + num_ctas - 1) / std::max(num_ctas, 1);
+  auto record = [&](int c, int Pc) {  // CTA c's record of a cut between Pc CTAs, its index in it set
+    const int L = small_path ? most_jobs_a_seq : 1;
+    const int block = L > 1 && Pc % L == 0 ? c % (Pc / L) * L + c / (Pc / L) : c;
+    int32_t* e = &out.ctas[size_t(block) * 4];
+    e[3] = c;
+    return e;
+  };
   if (Pw > 0 && P > 0 && (small_path || nj <= num_ctas) && makespan - (total + P - 1) / P <= slack) {
     for (int j = 0; j < nj; ++j) {
       int32_t* job = &jobs[size_t(j) * 8];
       job[5] = int((int64_t(j + 1) * Pw - 1) / nj), job[6] = 1, job[7] = j;
     }
     for (int c = 0; c < Pw; ++c) {
-      int32_t* e = &out.ctas[size_t(c) * 4];
+      int32_t* e = record(c, Pw);
       e[0] = run_begin(c), e[1] = 0, e[2] = int(run_tiles(c));
     }
     return out;
@@ -510,7 +518,7 @@ PlanOut plan_reference(const std::vector<int32_t>& seq_lens, const std::vector<i
   for (int c = 0; c < Pc; ++c) {
     int64_t g0 = c * total / Pc, g1 = (c + 1) * total / Pc;
     while (j < nj && before + jobs[j * 8 + 3] <= g0) before += jobs[j++ * 8 + 3];
-    int32_t* e = &out.ctas[size_t(c) * 4];
+    int32_t* e = record(c, Pc);
     e[0] = j, e[1] = int(g0 - before), e[2] = int(g1 - g0);
   }
   int offset = 0;

@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       __syncthreads();
       const bool split = job.num_splits > 1;
-      const int slot = job.split_offset + int(blockIdx.x) - job.first_cta;
+      const int slot = partial_slot(s, job);
       // Row r's scale (1 / its sum, times the cache scale) and log2-sum-exp2 (for the merge).
       auto row_inv = [&](int r) { return s_row_l[r] > 0 ? p.kv_scale / s_row_l[r] : 0.f; };
       auto row_lse = [&](int r) { return s_row_l[r] > 0 ? s_row_m[r] + log2f(s_row_l[r]) : -INFINITY; };

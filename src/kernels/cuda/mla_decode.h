@@ -73,7 +73,9 @@ constexpr int kFirstTileInts = 16 + kMlaBlockKeys;  // a FirstTile (mla_decode_d
 // Device view of a plan's buffers (all written by the plan kernel).
 struct MlaDecodeSchedule {
   int32_t* jobs;         // [max_jobs, 8]: seq, row0, num_rows, num_tiles, num_keys, first_cta, num_splits, split_offset
-  int32_t* ctas;         // [num_ctas, 4]: first job, first tile in it, number of tiles, unused
+  // [num_ctas, 4] by blockIdx: first job, first tile in it, number of tiles, the CTA's index in the
+  // plan's cut (Job::first_cta counts in it; the plan may launch a seq's jobs' CTAs side by side)
+  int32_t* ctas;
   int32_t* num_jobs;     // [1]
   // [num_ctas] FirstTile records (mla_decode_device.cuh): what a 16-row attention CTA finds of its
   // first tile through four dependent loads (its run, its job, the job's seq, the keys' slots),

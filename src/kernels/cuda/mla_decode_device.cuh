@@ -20,6 +20,12 @@ struct Job {
 };
 static_assert(sizeof(Job) == 8 * sizeof(int32_t));
 
+// This CTA's partial of a job cut between CTAs: its index in the plan's cut (the w of its record,
+// read when the partial is stored rather than kept in a register) from the job's first.
+__device__ __forceinline__ int partial_slot(const MlaDecodeSchedule& s, const Job& job) {
+  return job.split_offset + reinterpret_cast<const int4*>(s.ctas)[blockIdx.x].w - job.first_cta;
+}
+
 // The 64-row wgmma kernels keep Q and key tiles in the 128-byte swizzle layout that wgmma reads: a
 // 576-wide row is 9 blocks of 64 columns, and block b of a tile holds 64 rows x 128 bytes.
 constexpr uint32_t kBlockBytes = 64 * 128;

@@ -613,8 +613,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (job.num_splits == 1 && out_rows_aligned)
         store_o_staged(job, row_l);
       else
-        store_o_rows(p, s, job, job.split_offset + int(blockIdx.x) - job.first_cta, o, r0, wg * 256 + 2 * t4, row_l,
-                     m_run, wg == 0 && t4 == 0);
+        store_o_rows(p, s, job, partial_slot(s, job), o, r0, wg * 256 + 2 * t4, row_l, m_run, wg == 0 && t4 == 0);
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.f;
       m_run[0] = m_run[1] = -INFINITY;

@@ -30,6 +30,11 @@ using mla::kBN;
 //     seq-major, mixed lengths put a seq's two reads of a tile tens of microseconds apart (the
 //     bench's ctx~4096 batch: 19 tiles' steps at the median, by a host simulation), while about
 //     100 MB stream through the 50 MB L2. (On an H200, whose DRAM keeps up, the two measured even.)
+//     The CTAs then launch interleaved, CTA c of the cut as blockIdx (c % (P / levels)) * levels +
+//     c / (P / levels), so that a seq's jobs run on neighbouring blocks, as seq-major put them: on
+//     H100s, partners P / 2 blocks apart ran the uniform batch 8-31% slower (0.146 and 0.180
+//     against 0.137 ms at 128 heads, B 64, ctx 4096), likely each tile fetched into both halves of
+//     the L2. A CTA's record keeps c, from which a cut job's CTAs number their partials.
 //     A prefix sum of jobs and tiles a level, one of splits a level (plan_small_batch).
 //   any batch: seq-major (then by row0); windows of seqs and chunks of jobs through shared
 //     memory, swept twice (plan_any_batch).
@@ -265,18 +270,19 @@ __device__ bool plan_small_batch(const MlaDecodeParams& p, const MlaDecodeSchedu
     splits_before += level;
   }
   const int part = blockIdx.x, parts = gridDim.x;
+  const int per_level = levels > 1 && P % levels == 0 ? P / levels : 0;  // 0: launched in order
   // CTA c starts in the last job at or before its first tile (whole jobs: its run's first).
   for (int c = part * kPlanThreads + tid; c < P; c += parts * kPlanThreads) {
     int4 run;
     if (whole) {
       const int j0 = int(runs.start(c)), j1 = int(runs.start(c + 1));
-      run = make_int4(j0, 0, int(tiles_of(j0, j1)), 0);
+      run = make_int4(j0, 0, int(tiles_of(j0, j1)), c);
     } else {
       const int64_t g0 = cut.start(c), g1 = cut.start(c + 1);
       const int j = last_le(sm.tile, 0, all.jobs, g0);
-      run = make_int4(j, int(g0 - sm.tile[j]), int(g1 - g0), 0);
+      run = make_int4(j, int(g0 - sm.tile[j]), int(g1 - g0), c);
     }
-    reinterpret_cast<int4*>(s.ctas)[c] = run;
+    reinterpret_cast<int4*>(s.ctas)[per_level ? c % per_level * levels + c / per_level : c] = run;
   }
   plan_finish(s, P, all.jobs, part, parts);
   // This block's jobs [lo, hi) go out through shared memory, kStage at a time, so that a warp
@@ -410,7 +416,7 @@ __device__ void plan_any_batch(const MlaDecodeParams& p, const MlaDecodeSchedule
             }
             jobs[2 * j] = make_int4(seq[i], r0[i], nr[i], tiles[i]);
             jobs[2 * j + 1] = make_int4(keys[i], first[i], splits[i], offset);
-            if (whole) ctas[j] = make_int4(j, 0, tiles[i], 0);  // CTA j takes job j
+            if (whole) ctas[j] = make_int4(j, 0, tiles[i], j);  // CTA j takes job j
             offset += splits[i];
           }
           // The CTAs whose first tile g0 is in this chunk: each starts in the last job at or before g0.
@@ -420,7 +426,7 @@ __device__ void plan_any_batch(const MlaDecodeParams& p, const MlaDecodeSchedule
             for (int c = c_begin; c < c_end; c += parts * kPlanThreads) {
               const int64_t g0 = cut.start(c), g1 = cut.start(c + 1);
               const int jl = last_le(s_tile, 0, nc, g0);
-              ctas[c] = make_int4(c0 + jl, int(g0 - s_tile[jl]), int(g1 - g0), 0);
+              ctas[c] = make_int4(c0 + jl, int(g0 - s_tile[jl]), int(g1 - g0), c);
             }
           }
           splits_before += chunk_splits;

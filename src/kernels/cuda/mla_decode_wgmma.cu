@@ -248,8 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wgmma_kernel(MlaDecode
       }
       __syncthreads();
       const float row_l[2] = {s_row_l[r0], s_row_l[r0 + 8]}, row_m[2] = {s_row_m[r0], s_row_m[r0 + 8]};
-      store_o_rows(p, s, job, job.split_offset + int(blockIdx.x) - job.first_cta, o, r0, wg * 256 + 2 * t4, row_l,
-                   row_m, wg == 0 && t4 == 0);
+      store_o_rows(p, s, job, partial_slot(s, job), o, r0, wg * 256 + 2 * t4, row_l, row_m, wg == 0 && t4 == 0);
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.f;
       m_run[0] = m_run[1] = -INFINITY;
