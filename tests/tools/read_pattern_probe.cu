@@ -2,8 +2,9 @@
 // patterns, reads only (no math), with per-warp timestamps: the launch's ramp (last warp's start),
 // the median warp's first-load latency, the tail (last end - median end) and the span, in us, of
 // the last launch; ms is the median of 25 runs of 10 back-to-back launches (weights rotated past
-// L2, no PDL). It told the twenty-ninth session that q_b's launch was short of bytes in flight,
-// not of whole lines (docs/benchmarks.md).
+// L2, no PDL), each run queued behind a kernel holding the stream. It told the twenty-ninth session
+// that q_b's launch was short of bytes in flight, not of whole lines, and the forty-fourth what an
+// empty launch costs beside kv_a's read (docs/benchmarks.md).
 // Built with the GPU targets (read_pattern_probe); run it on the GPU machine with no arguments.
 #include <cuda_runtime.h>
 
@@ -13,6 +14,8 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "kernels/cuda/event_timer.h"
 
 #define CK(x)                                                               \
   do {                                                                      \
@@ -151,6 +154,9 @@ Stats measure(F launch, int sets, int warps, Ts* ts_d) {
   std::vector<double> ms;
   for (int r = 0; r < 25; ++r) {
     const int n = 10;
+    // The run's launches queued while the stream is held: they then start back to back on the GPU,
+    // and the time holds none of the host's submission (about 5 us a launch).
+    mlaserve::cuda::hold_stream(nullptr, 200);
     CK(cudaEventRecord(a));
     for (int i = 0; i < n; ++i) launch((r * n + i) % sets);
     CK(cudaEventRecord(b));
