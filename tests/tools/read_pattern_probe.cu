@@ -2,9 +2,10 @@
 // patterns, reads only (no math), with per-warp timestamps: the launch's ramp (last warp's start),
 // the median warp's first-load latency, the tail (last end - median end) and the span, in us, of
 // the last launch; ms is the median of 25 runs of 10 back-to-back launches (weights rotated past
-// L2, no PDL), each run queued behind a kernel holding the stream. It told the twenty-ninth session
-// that q_b's launch was short of bytes in flight, not of whole lines, and the forty-fourth what an
-// empty launch costs beside kv_a's read (docs/benchmarks.md).
+// L2; PDL only where a row says "pdl"), each run queued behind a kernel holding the stream. It told
+// the twenty-ninth session that q_b's launch was short of bytes in flight, not of whole lines, and
+// the forty-fourth what a launch costs with and without PDL beside reads of small weights, and that
+// two launches sharing an SM read them faster (docs/benchmarks.md).
 // Built with the GPU targets (read_pattern_probe); run it on the GPU machine with no arguments.
 #include <cuda_runtime.h>
 
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "kernels/cuda/event_timer.h"
+#include "kernels/cuda/pdl.cuh"
 
 #define CK(x)                                                               \
   do {                                                                      \
@@ -58,6 +60,37 @@ __global__ void __launch_bounds__(256) stream_read(const uint8_t* p, size_t n16,
 #pragma unroll
     for (int u = 0; u < U; ++u) acc ^= fold(v[u]);
     if (!t1) t1 = gtime() | (acc & 0);
+  }
+  if (acc == 0x12345678u) sink[0] = acc;
+  if (threadIdx.x % 32 == 0) {
+    int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    ts[w] = {t0, t1, gtime(), smid(), 0};
+  }
+}
+
+// The same under our PDL contract (kernels/cuda/pdl.cuh): each thread's first U loads (weights,
+// which no kernel writes) before the wait, the rest after the wait and the trigger. Launched with
+// launch_pdl, the next launch's CTAs start while this one runs where an SM has room for them; the
+// dynamic shared memory a launch asks for decides that.
+template <int U>
+__global__ void __launch_bounds__(256) stream_read_pdl(const uint8_t* p, size_t n16, uint32_t* sink, Ts* ts) {
+  uint64_t t0 = gtime();
+  const uint4* q = reinterpret_cast<const uint4*>(p);
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  uint4 v[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) v[u] = i + u * stride < n16 ? ldcs(q + i + u * stride) : make_uint4(0, 0, 0, 0);
+  mlaserve::cuda::pdl_wait_and_trigger();
+  uint32_t acc = 0;
+#pragma unroll
+  for (int u = 0; u < U; ++u) acc ^= fold(v[u]);
+  const uint64_t t1 = gtime() | (acc & 0);
+  for (i += stride * U; i < n16; i += stride * U) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = i + u * stride < n16 ? ldcs(q + i + u * stride) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc ^= fold(v[u]);
   }
   if (acc == 0x12345678u) sink[0] = acc;
   if (threadIdx.x % 32 == 0) {
@@ -141,6 +174,8 @@ __global__ void fill(uint8_t* p, size_t n, uint32_t seed) {
     reinterpret_cast<uint32_t*>(p)[i] = uint32_t(i * 2654435761u) ^ seed;
 }
 
+constexpr int kAloneSmem = 120 * 1024;  // two CTAs asking this much do not fit one SM (228 KB)
+
 struct Stats {
   double ms, ramp_us, first_us, tail_us, span_us;
 };
@@ -196,6 +231,7 @@ int main() {
   printf("device %s, %d SMs\n", prop.name, sms);
   uint32_t* sink;
   CK(cudaMalloc(&sink, 4));
+  CK(cudaFuncSetAttribute(stream_read_pdl<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAloneSmem));
   Ts* ts;
   CK(cudaMalloc(&ts, 1 << 22));
   struct Shape {
@@ -219,9 +255,25 @@ int main() {
       printf("%-10s %-28s %9.5f %7.3f %8.2f %8.2f %8.2f %8.2f\n", s.name, pat.c_str(), st.ms,
              bytes / (st.ms * 1e-3) / 1e12, st.ramp_us, st.first_us, st.tail_us, st.span_us);
     };
-    // The same launch reading nothing: what a launch costs in this loop (its TB/s column is meaningless).
-    report("empty 1cta/sm",
-           measure([&](int i) { stream_read<4><<<sms, 256>>>(bufs[i], 0, sink, ts); }, sets, sms * 8, ts));
+    // Under PDL: "alone" asks for shared memory enough that no two CTAs share an SM (the skinny
+    // kernel's case: one CTA an SM by its registers), so the next launch waits for this one's CTAs.
+    for (bool pdl : {false, true})
+      for (int bps : {0, 1, 4}) {
+        const int grid = sms * std::max(bps, 1);
+        const size_t smem = bps == 0 ? kAloneSmem : 0;
+        const std::string name = std::string(pdl ? "pdl" : "nopdl") + " U4 " +
+                                 (bps == 0 ? std::string("1cta/sm alone") : std::to_string(bps) + "cta/sm");
+        for (bool empty : {true, false}) {  // empty: the launch alone, reading nothing
+          const size_t n16 = empty ? 0 : bytes / 16;
+          auto launch = [&](int i) {
+            if (pdl)
+              mlaserve::cuda::launch_pdl(stream_read_pdl<4>, grid, 256, smem, nullptr, bufs[i], n16, sink, ts);
+            else
+              stream_read_pdl<4><<<grid, 256, smem>>>(bufs[i], n16, sink, ts);
+          };
+          report((empty ? "empty " : "") + name, measure(launch, sets, grid * 8, ts));
+        }
+      }
     for (int bps : {1, 2, 4}) {
       int grid = sms * bps;
       report("stream U4 " + std::to_string(bps) + "cta/sm",
