@@ -46,34 +46,13 @@ __device__ __forceinline__ unsigned smid() {
   return r;
 }
 
-// Whole buffer, grid-stride, U loads in flight a thread.
+// Whole buffer, grid-stride, U loads in flight a thread, under our PDL contract (kernels/cuda/pdl.cuh):
+// each thread's first U loads (weights, which no kernel writes) before the wait, the rest after the
+// wait and the trigger. Launched plainly the wait returns at once; launched with launch_pdl, the
+// next launch's CTAs start while this one runs where an SM has room for them, which the dynamic
+// shared memory a launch asks for decides.
 template <int U>
 __global__ void __launch_bounds__(256) stream_read(const uint8_t* p, size_t n16, uint32_t* sink, Ts* ts) {
-  uint64_t t0 = gtime(), t1 = 0;
-  const uint4* q = reinterpret_cast<const uint4*>(p);
-  uint32_t acc = 0;
-  size_t stride = size_t(gridDim.x) * blockDim.x;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n16; i += stride * U) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = i + u * stride < n16 ? ldcs(q + i + u * stride) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc ^= fold(v[u]);
-    if (!t1) t1 = gtime() | (acc & 0);
-  }
-  if (acc == 0x12345678u) sink[0] = acc;
-  if (threadIdx.x % 32 == 0) {
-    int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    ts[w] = {t0, t1, gtime(), smid(), 0};
-  }
-}
-
-// The same under our PDL contract (kernels/cuda/pdl.cuh): each thread's first U loads (weights,
-// which no kernel writes) before the wait, the rest after the wait and the trigger. Launched with
-// launch_pdl, the next launch's CTAs start while this one runs where an SM has room for them; the
-// dynamic shared memory a launch asks for decides that.
-template <int U>
-__global__ void __launch_bounds__(256) stream_read_pdl(const uint8_t* p, size_t n16, uint32_t* sink, Ts* ts) {
   uint64_t t0 = gtime();
   const uint4* q = reinterpret_cast<const uint4*>(p);
   const size_t stride = size_t(gridDim.x) * blockDim.x;
@@ -231,7 +210,7 @@ int main() {
   printf("device %s, %d SMs\n", prop.name, sms);
   uint32_t* sink;
   CK(cudaMalloc(&sink, 4));
-  CK(cudaFuncSetAttribute(stream_read_pdl<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAloneSmem));
+  CK(cudaFuncSetAttribute(stream_read<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, kAloneSmem));
   Ts* ts;
   CK(cudaMalloc(&ts, 1 << 22));
   struct Shape {
@@ -255,10 +234,10 @@ int main() {
       printf("%-10s %-28s %9.5f %7.3f %8.2f %8.2f %8.2f %8.2f\n", s.name, pat.c_str(), st.ms,
              bytes / (st.ms * 1e-3) / 1e12, st.ramp_us, st.first_us, st.tail_us, st.span_us);
     };
-    // Under PDL: "alone" asks for shared memory enough that no two CTAs share an SM (the skinny
-    // kernel's case: one CTA an SM by its registers), so the next launch waits for this one's CTAs.
+    // "alone" asks for shared memory enough that no two CTAs share an SM (as the skinny launches of
+    // two or more row tiles a warp, by their registers), so the next launch waits for this one's CTAs.
     for (bool pdl : {false, true})
-      for (int bps : {0, 1, 4}) {
+      for (int bps : {0, 1, 2, 4}) {
         const int grid = sms * std::max(bps, 1);
         const size_t smem = bps == 0 ? kAloneSmem : 0;
         const std::string name = std::string(pdl ? "pdl" : "nopdl") + " U4 " +
@@ -267,18 +246,13 @@ int main() {
           const size_t n16 = empty ? 0 : bytes / 16;
           auto launch = [&](int i) {
             if (pdl)
-              mlaserve::cuda::launch_pdl(stream_read_pdl<4>, grid, 256, smem, nullptr, bufs[i], n16, sink, ts);
+              mlaserve::cuda::launch_pdl(stream_read<4>, grid, 256, smem, nullptr, bufs[i], n16, sink, ts);
             else
-              stream_read_pdl<4><<<grid, 256, smem>>>(bufs[i], n16, sink, ts);
+              stream_read<4><<<grid, 256, smem>>>(bufs[i], n16, sink, ts);
           };
           report((empty ? "empty " : "") + name, measure(launch, sets, grid * 8, ts));
         }
       }
-    for (int bps : {1, 2, 4}) {
-      int grid = sms * bps;
-      report("stream U4 " + std::to_string(bps) + "cta/sm",
-             measure([&](int i) { stream_read<4><<<grid, 256>>>(bufs[i], bytes / 16, sink, ts); }, sets, grid * 8, ts));
-    }
 #define SK(RT, WK, L)                                                                                             \
   {                                                                                                               \
     int rows = 16 * RT * (8 / WK), grid = (s.N + rows - 1) / rows;                                                \
