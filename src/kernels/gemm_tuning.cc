@@ -12,12 +12,14 @@ namespace {
 
 std::string shape_key(int64_t N, int64_t K) { return fmt::format("N={},K={}", N, K); }
 
-nlohmann::json choice_json(const Fp8GemmChoice& c) {
+// A launch from rows (`rows_entry`) that takes codes has them from a quantization launch: "x":
+// "quantized"; elsewhere codes come from the producer: "x": "codes".
+nlohmann::json choice_json(const Fp8GemmChoice& c, bool rows_entry) {
   nlohmann::json j;
   if (c.kernel == Fp8GemmChoice::Kernel::Skinny) {
     j = {{"kernel", "skinny"}, {"row_tiles", c.row_tiles}, {"splits", c.splits}, {"k_warps", c.k_warps}};
     if (c.depth) j["depth"] = c.depth;
-    if (c.codes_in) j["x"] = "codes";
+    if (c.codes_in) j["x"] = rows_entry ? "quantized" : "codes";
   } else {
     j = {{"kernel", "cublaslt"}};
   }
@@ -25,7 +27,7 @@ nlohmann::json choice_json(const Fp8GemmChoice& c) {
   return j;
 }
 
-Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where) {
+Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where, bool rows_entry) {
   MLA_CHECK(j.is_object() && j.contains("kernel") && j["kernel"].is_string(),
             "{}: expected an object with a \"kernel\" string", where);
   Fp8GemmChoice c;
@@ -52,8 +54,9 @@ Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where
     }
     if (j.contains("x")) {
       const std::string x = j["x"].is_string() ? j["x"].get<std::string>() : std::string();
-      MLA_CHECK(x == "codes" || x == "rows", "{}: \"x\" must be \"codes\" or \"rows\"", where);
-      c.codes_in = x == "codes";
+      const char* codes = rows_entry ? "quantized" : "codes";
+      MLA_CHECK(x == codes || x == "rows", "{}: \"x\" must be \"{}\" or \"rows\"", where, codes);
+      c.codes_in = x == codes;
     }
   } else {
     MLA_CHECK(kernel == "cublaslt", "{}: unknown kernel \"{}\" (skinny or cublaslt)", where, kernel);
@@ -101,8 +104,8 @@ nlohmann::json Fp8GemmTuning::to_json() const {
   for (const auto& [nk, by_tokens] : table_) {
     nlohmann::json entry = nlohmann::json::object();
     for (const auto& [tokens, e] : by_tokens) {
-      nlohmann::json& j = entry[std::to_string(tokens)] = choice_json(e.choice);
-      if (e.from_rows) j["rows"] = choice_json(*e.from_rows);
+      nlohmann::json& j = entry[std::to_string(tokens)] = choice_json(e.choice, false);
+      if (e.from_rows) j["rows"] = choice_json(*e.from_rows, true);
     }
     shapes[shape_key(nk.first, nk.second)] = entry;
   }
@@ -124,11 +127,8 @@ Fp8GemmTuning Fp8GemmTuning::from_json(const nlohmann::json& j, const std::strin
     for (const auto& [tokens, choice] : entry.items()) {
       const std::string where = fmt::format("{}: shape {} tokens {}", what, key, tokens);
       std::optional<Fp8GemmChoice> from_rows;
-      if (choice.is_object() && choice.contains("rows")) {
-        from_rows = choice_from_json(choice["rows"], where + " rows");
-        MLA_CHECK(!from_rows->codes_in, "{} rows: the launch from rows cannot take codes", where);
-      }
-      t.set(N, K, parse_tuned_count(tokens, where), choice_from_json(choice, where), from_rows);
+      if (choice.is_object() && choice.contains("rows")) from_rows = choice_from_json(choice["rows"], where + " rows", true);
+      t.set(N, K, parse_tuned_count(tokens, where), choice_from_json(choice, where, false), from_rows);
     }
   }
   return t;

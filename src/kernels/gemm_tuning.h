@@ -8,7 +8,8 @@
 //                                  "16": {"kernel": "cublaslt", "rows": {"kernel": "skinny", ...}}, ...},
 //               ...}}
 // "rows" (where the choice takes codes): the fastest launch from BF16 rows, for a linear whose input
-// no producer writes as codes (o_proj's comes from the attention).
+// no producer writes as codes (o_proj's comes from the attention); "x": "quantized" there: the rows
+// quantized by a launch of their own, then the skinny launch on those codes.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +32,8 @@ struct Fp8GemmChoice {
   int k_warps = 8;                // the skinny launch's warps on K (files without it: 8)
   int depth = 0;                  // the skinny launch's form: 0 x in registers, 2-4 x staged (files without it: 0)
   // The skinny launch takes x as codes the producer wrote (timed behind a producer writing them),
-  // not as BF16 rows it quantizes itself (files without it: rows). cuBLASLt always takes codes.
+  // not as BF16 rows it quantizes itself (files without it: rows). cuBLASLt always takes codes. In
+  // a launch from rows: codes made by a quantization launch first (timed with it).
   bool codes_in = false;
   bool operator==(const Fp8GemmChoice& o) const {
     return kernel == o.kernel && row_tiles == o.row_tiles && splits == o.splits && k_warps == o.k_warps &&

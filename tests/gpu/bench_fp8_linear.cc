@@ -63,7 +63,7 @@ void bench_fp8_linear(cuda::CudaBackend& gpu, double copy_bw, std::vector<Row>& 
           time_ms([&](int i) { gpu.linear_w8a8_cublaslt(x, ws[i % n_sets], y); }));
       if (T != 1 && T != 8 && T != 16) continue;
       for (int rt : {1, 2, 4})
-        for (int splits : {1, 2}) {
+        for (int splits : {1, 2, 4, 8}) {
           const cuda::SkinnyFp8Config c{rt, splits, 8};
           if (!cuda::skinny_gemm_fp8_valid(c, l.K)) continue;
           row(fmt::format("  quantized x skinny rt{} s{} {}", rt, splits, l.name),
@@ -73,7 +73,7 @@ void bench_fp8_linear(cuda::CudaBackend& gpu, double copy_bw, std::vector<Row>& 
       // tokens long K needs 4 splits for x to fit.
       for (int kw : {8, 4, 2, 1})
         for (int rt : {1, 2, 4})
-          for (int splits : {1, 2, 4})
+          for (int splits : {1, 2, 4, 8})
             for (int depth : {2, 3, 4}) {
               const cuda::SkinnyFp8Config c{rt, splits, kw, depth};
               if (!cuda::skinny_gemm_fp8_valid(c, l.K) || !cuda::skinny_gemm_fp8_staged_fits(T, l.K, c)) continue;

@@ -327,8 +327,9 @@ TEST_F(Fp8Linear, StagedLaunchIsCapturedOnFirstUse) {
 }
 
 // The op follows a tuned table: cuBLASLt where it says so, the tuned skinny launch, an entry's
-// launch from rows where the input comes as rows, and the default where the table's launch does not
-// fit the shape (a file from another model or GPU).
+// launch from rows where the input comes as rows (one on codes of a quantization launch, where
+// tuned so), and the default where the table's launch does not fit the shape (a file from another
+// model or GPU).
 TEST_F(Fp8Linear, TunedChoicesAreFollowedAndBadOnesFallBack) {
   const int64_t N = 1024, K = 256;
   LinearWeight w = quantize_fp8_blocks(random_f32({N, K}, seed, 0.05f), 128, 128);
@@ -341,6 +342,10 @@ TEST_F(Fp8Linear, TunedChoicesAreFollowedAndBadOnesFallBack) {
   // cuBLASLt from codes; from rows the staged form over two token tiles.
   tuning.set(N, K, 16, {Fp8GemmChoice::Kernel::Cublaslt},
              Fp8GemmChoice{Fp8GemmChoice::Kernel::Skinny, 2, 1, 0.0, 4, 3});
+  // From rows at 12 (and 13) tokens: quantized first, then the register form, 2 splits, on the codes.
+  const cuda::SkinnyFp8Config quantized_first{2, 2, 8};
+  tuning.set(N, K, 12, {Fp8GemmChoice::Kernel::Cublaslt},
+             Fp8GemmChoice{Fp8GemmChoice::Kernel::Skinny, 2, 2, 0.0, 8, 0, true});
   gpu.set_fp8_gemm_tuning(tuning);
   // The producers write codes where the table's launch takes them (and for cuBLASLt).
   EXPECT_TRUE(gpu.wants_fp8_input(1, wd));
@@ -363,9 +368,17 @@ TEST_F(Fp8Linear, TunedChoicesAreFollowedAndBadOnesFallBack) {
     apply_linear(*cpu, x, w, want);
     Tensor out = poisoned(gpu, DType::F32, {T, N});
     apply_linear(gpu, dev_bf16(x), wd, out);
-    const double err = rel_l2(gpu.to_host(out), want);
+    Tensor got = gpu.to_host(out);
+    const double err = rel_l2(got, want);
     worst = std::max(worst, err);
     EXPECT_LE(err, 1e-3) << "T=" << T;
+    if (T != 13) continue;
+    Fp8Activation f = gpu.empty_fp8_activation(T, K, 128);
+    gpu.quantize_fp8_per_token_group(dev_bf16(x), 128, f.q, f.scales);
+    Tensor direct = poisoned(gpu, DType::F32, {T, N});
+    gpu.linear_fp8_w8a8_skinny(f.q, f.scales, wd, direct, quantized_first);
+    Tensor direct_host = gpu.to_host(direct);
+    EXPECT_EQ(std::memcmp(got.raw(), direct_host.raw(), got.nbytes()), 0) << "T=13 runs the quantized-first launch";
   }
 }
 

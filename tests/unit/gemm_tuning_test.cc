@@ -53,6 +53,7 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   from_codes.codes_in = true;
   t.set(24576, 1536, 8, from_codes, skinny(2, 1, 1));
   t.set(24576, 1536, 16, kCublaslt, skinny(2, 1, 1, 3));
+  t.set(24576, 1536, 12, kCublaslt, from_codes);  // from rows: quantized by a launch of their own first
   const std::string path = dir.file(Fp8GemmTuning::file_name(t.device()));
   EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H200"), "fp8_gemm_NVIDIA_H200.json");
   EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H100 80GB HBM3"), "fp8_gemm_NVIDIA_H100_80GB_HBM3.json");
@@ -68,6 +69,8 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   EXPECT_EQ(back.find_from_rows(24576, 1536, 4), skinny(2, 1, 2));
   EXPECT_EQ(back.find_from_rows(24576, 1536, 8), skinny(2, 1, 1));
   EXPECT_EQ(back.find_from_rows(24576, 1536, 15), skinny(2, 1, 1, 3));
+  EXPECT_EQ(back.find_from_rows(24576, 1536, 12), from_codes);
+  EXPECT_EQ(back.to_json()["shapes"]["N=24576,K=1536"]["12"]["rows"]["x"], "quantized");
   EXPECT_FALSE(back.find_from_rows(24576, 1536, 25));
   EXPECT_EQ(back.to_json(), t.to_json());
   Fp8GemmTuning merged;
@@ -116,7 +119,7 @@ TEST(Fp8GemmTuning, BadFilesGetErrorsNamingTheFault) {
             std::string::npos);
   EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "cublaslt", "rows": {"kernel": "skinny", )"
                           R"("row_tiles": 2, "splits": 1, "x": "codes"}}}}})").c_str())
-                .find("tokens 1 rows: the launch from rows cannot take codes"),
+                .find("tokens 1 rows: \"x\" must be \"quantized\" or \"rows\""),
             std::string::npos);
   testing::TempDir dir("tuning_bad");
   std::ofstream(dir.file("broken.json")) << "{ not json";

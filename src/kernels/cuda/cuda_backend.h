@@ -181,8 +181,6 @@ class CudaBackend final : public Backend {
   std::optional<SkinnyFp8Pick> skinny_fp8_choice(const SkinnyFp8Problem& p, bool from_rows) const;
   // The skinny problem of linear_fp8_w8a8 (x quantized already).
   SkinnyFp8Problem skinny_problem_fp8(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out);
-  // One launch of the skinny FP8 kernel, with its split-K scratch.
-  void run_skinny_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c);
 
   int device_;
   cudaStream_t stream_ = nullptr;

@@ -172,7 +172,7 @@ void CudaBackend::linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const L
   // Few tokens: the skinny kernel reads the codes and scales where they are.
   const SkinnyFp8Problem few = skinny_problem_fp8(q, scales, w, out);
   if (std::optional<SkinnyFp8Pick> c = skinny_fp8_choice(few, false))
-    run_skinny_fp8(few, c->config);
+    launch_skinny_gemm_fp8(few, c->config, stream_);
   else
     fp8_codes_gemm(q, scales, w, out);
 }
@@ -208,10 +208,17 @@ void CudaBackend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& ou
                            w.weight.defined();
   std::optional<SkinnyFp8Pick> c;
   if (skinny_kind) c = skinny_fp8_choice(skinny_problem(x, w, nullptr, w.out_features()), true);
-  if (c)
-    linear_w8a8_skinny(x, w, out, c->config);
-  else
+  if (!c) {
     linear_w8a8_cublaslt(x, w, out);
+  } else if (c->codes_in) {
+    // Tuned so: the rows quantized once by their own launch, where each of the skinny launch's CTAs
+    // would quantize all of them again (9-16 tokens on the long-K shapes).
+    Fp8Activation codes = empty_fp8_activation(x.size(0), w.in_features(), 128);
+    quantize_fp8_per_token_group(x, 128, codes.q, codes.scales);
+    linear_fp8_w8a8_skinny(codes.q, codes.scales, w, out, c->config);
+  } else {
+    linear_w8a8_skinny(x, w, out, c->config);
+  }
 }
 
 bool CudaBackend::wants_fp8_input(int64_t T, const LinearWeight& w) const {
@@ -236,7 +243,7 @@ SkinnyFp8Problem CudaBackend::skinny_problem_fp8(const Tensor& q, const Tensor& 
 void CudaBackend::linear_fp8_w8a8_skinny(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
                                          const SkinnyFp8Config& c) {
   check_fp8_codes_linear(q, scales, w, out);
-  run_skinny_fp8(skinny_problem_fp8(q, scales, w, out), c);
+  launch_skinny_gemm_fp8(skinny_problem_fp8(q, scales, w, out), c, stream_);
 }
 
 SkinnyFp8Problem CudaBackend::skinny_problem(const Tensor& x, const LinearWeight& w, const Tensor* out, int64_t N) {
@@ -253,8 +260,7 @@ std::optional<CudaBackend::SkinnyFp8Pick> CudaBackend::skinny_fp8_choice(const S
           from_rows ? fp8_tuning_.find_from_rows(p.N, p.K, p.T) : fp8_tuning_.find(p.N, p.K, p.T)) {
     if (tuned->kernel == Fp8GemmChoice::Kernel::Cublaslt) return std::nullopt;
     SkinnyFp8Config c{tuned->row_tiles, tuned->splits, tuned->k_warps, tuned->depth};
-    if (skinny_gemm_fp8_valid(c, p.K) && skinny_gemm_fp8_blocks(p, c) <= kSkinnyCounters &&
-        (c.depth == 0 || skinny_gemm_fp8_staged_fits(p.T, p.K, c)))
+    if (skinny_gemm_fp8_valid(c, p.K) && (c.depth == 0 || skinny_gemm_fp8_staged_fits(p.T, p.K, c)))
       return SkinnyFp8Pick{c, tuned->codes_in};
   }
   if (p.T > kSkinnyFp8DefaultMaxRows) return std::nullopt;
@@ -265,23 +271,7 @@ void CudaBackend::linear_w8a8_skinny(const Tensor& x, const LinearWeight& w, Ten
   const int64_t T = x.defined() ? x.size(0) : 0;
   check_fp8_linear(T, w, out);
   check_matrix(x, DType::BF16, T, w.in_features(), "linear_w8a8 x");
-  run_skinny_fp8(skinny_problem(x, w, &out, w.out_features()), c);
-}
-
-void CudaBackend::run_skinny_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c) {
-  MLA_CHECK(skinny_gemm_fp8_fits(p) && skinny_gemm_fp8_valid(c, p.K) &&
-                (c.splits == 1 || skinny_gemm_fp8_blocks(p, c) <= kSkinnyCounters),
-            "skinny FP8 GEMM: T={} N={} K={} batch {} with {} is not a launch it has", p.T, p.N, p.K, p.batch,
-            to_string(c));
-  SkinnySplit split;
-  split.splits = c.splits;
-  Tensor partials;  // lives until the launch is queued: the allocator reuses blocks in stream order
-  if (c.splits > 1) {
-    partials = empty(DType::F32, {int64_t(skinny_gemm_fp8_partial_floats(p, c))});
-    split.partials = partials.data<float>();
-    split.counters = skinny_counters_;
-  }
-  launch_skinny_gemm_fp8(p, c, split, stream_);
+  launch_skinny_gemm_fp8(skinny_problem(x, w, &out, w.out_features()), c, stream_);
 }
 
 void CudaBackend::linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out) {

@@ -106,7 +106,7 @@ void CudaBackend::mla_absorb_q_w8a8(const Tensor& q_nope, const Tensor& q_pe, co
   check_bf16(q_pe, {T, H, R}, false, "mla_absorb_q_w8a8 q_pe");
   check_bf16(q_latent, {T, H, L + R}, false, "mla_absorb_q_w8a8 q_latent");
   if (T == 0) return;
-  run_skinny_fp8(head_problem(q_nope, w_uk_t, q_latent, L), c);
+  launch_skinny_gemm_fp8(head_problem(q_nope, w_uk_t, q_latent, L), c, stream_);
   MlaAbsorbQParams p{q_nope.raw(),       q_pe.raw(),         nullptr,         q_latent.raw(),
                      q_nope.stride(0),   q_nope.stride(1),   q_pe.stride(0),  q_pe.stride(1),
                      q_latent.stride(0), q_latent.stride(1), T, H, nope, R, L};
@@ -122,7 +122,7 @@ void CudaBackend::mla_absorb_out_w8a8(const Tensor& latent, const LinearWeight& 
   check_bf16(latent, {T, H, L}, false, "mla_absorb_out_w8a8 latent");
   check_bf16(out, {T, H, V}, false, "mla_absorb_out_w8a8 out");
   if (T == 0) return;
-  run_skinny_fp8(head_problem(latent, w_uv, out, V), c);
+  launch_skinny_gemm_fp8(head_problem(latent, w_uv, out, V), c, stream_);
 }
 
 }  // namespace mlaserve::cuda

@@ -133,9 +133,7 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
                   // With x in registers, fewer than 8 warps on K only for short K (under 4 blocks a
                   // warp): long K keeps all 8 streaming. Staged, 4 or 2 warps on K won on long K too.
                   if (depth == 0 && k_warps < 8 && K / 128 >= 4 * 8) continue;
-                  if (!skinny_gemm_fp8_valid(c, K) ||
-                      (splits > 1 && skinny_gemm_fp8_blocks(p, c) > kSkinnyCounters) ||
-                      (depth && !skinny_gemm_fp8_staged_fits(T, K, c)))
+                  if (!skinny_gemm_fp8_valid(c, K) || (depth && !skinny_gemm_fp8_staged_fits(T, K, c)))
                     continue;
                   const std::string what = to_string(c) + (codes_in ? " from codes" : "");
                   if (codes_in)
@@ -160,6 +158,17 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
                                            codes_in};
                   if (ms < best.ms) best = here;
                   if (!codes_in && ms < best_rows.ms) best_rows = here;
+                  // From rows, the same launch on codes that a quantization launch makes first: past 8
+                  // tokens every CTA quantizing all the rows itself costs more than that launch.
+                  if (!codes_in || T <= kSkinnyFp8DefaultMaxRows) continue;
+                  const double qms = median_ms(stream_, [&](int i) {
+                    produce(false);
+                    quantize_fp8_per_token_group(rows, 128, codes.q, codes.scales);
+                    linear_fp8_w8a8_skinny(codes.q, codes.scales, ws[size_t(i % copies)], got, c);
+                  });
+                  progress(fmt::format("N={} K={} T={}: quantize, skinny {} {:.4f} ms", N, K, T, what, qms));
+                  if (qms < best_rows.ms) best_rows = {Fp8GemmChoice::Kernel::Skinny, row_tiles, splits, qms, k_warps,
+                                                       depth, true};
                 }
       }
       const bool takes_codes = best.kernel == Fp8GemmChoice::Kernel::Cublaslt || best.codes_in;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cooperative_groups.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -11,10 +12,11 @@
 #include "common/dtype.h"
 #include "kernels/cuda/mma_primitives.cuh"
 #include "kernels/cuda/read_once.cuh"
-#include "kernels/cuda/skinny_common.cuh"
 #include "kernels/cuda/skinny_gemm_fp8.h"
 
 namespace mlaserve::cuda::skinny_fp8 {
+
+namespace cg = cooperative_groups;
 
 using bf16 = __nv_bfloat16;
 
@@ -40,18 +42,17 @@ __device__ __forceinline__ float abs_max_pair(float m, uint32_t two) {
 }
 
 // The CTA's sums: each warp's accumulators through shared memory (red, [kWarps][kPairs]), added
-// over a row group's WK warps; with split K the partials published and the last CTA of the rows
-// adding them in order; then BF16 or F32 out.
+// over a row group's WK warps; with split K the cluster's partials added by its first block; then
+// BF16 or F32 out.
 template <int RT, int NT, int WK>
 __device__ __forceinline__ void reduce_and_store(const float (&acc)[RT][NT][4], float* red, int T, int token_tile,
                                                  int cta_n0, int N, void* out, int64_t ldo, bool out_f32,
-                                                 int64_t out_batch, SkinnySplit split) {
+                                                 int64_t out_batch) {
   constexpr int WR = kWarps / WK;
   constexpr int kPairs = RT * NT * 4 * 32;
   constexpr int kOut = WR * kPairs;
   constexpr int kPerThread = (kOut + kWarps * 32 - 1) / (kWarps * 32);
-  __shared__ bool last;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, z = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
   for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
@@ -76,27 +77,29 @@ __device__ __forceinline__ void reduce_and_store(const float (&acc)[RT][NT][4], 
     for (int v = 0; v < WK; ++v) sum[m] += red[(q * WK + v) * kPairs + e * 32 + ln];
   }
   if (gridDim.y > 1) {
-    // Partials: [CTA][split][kOut]. Publish ours, then count; the last CTA adds all in order.
-    const int64_t cta = int64_t(blockIdx.z) * gridDim.x + blockIdx.x;
-    float* part = split.partials + cta * gridDim.y * kOut;
+    // The splits of these rows run as one cluster (gridDim.y blocks along y): each leaves its sums
+    // in shared memory, and the first adds all of them in split order (the same bits every run) and
+    // stores. No partials go through L2 and nothing counts arrivals.
+    __syncthreads();  // every warp is done reading red
 #pragma unroll
     for (int m = 0; m < kPerThread; ++m) {
       const int f = threadIdx.x + m * kWarps * 32;
-      if (f < kOut) part[int64_t(z) * kOut + f] = sum[m];
+      if (f < kOut) red[f] = sum[m];
     }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = skinny::arrive_last(split.counters + cta, int(gridDim.y));
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const bool first = cluster.block_rank() == 0;
+    if (first) {
 #pragma unroll
-    for (int m = 0; m < kPerThread; ++m) {
-      const int f = threadIdx.x + m * kWarps * 32;
-      if (f >= kOut) continue;
-      sum[m] = 0.f;
-      for (int v = 0; v < int(gridDim.y); ++v) sum[m] += __ldcg(part + int64_t(v) * kOut + f);
+      for (int m = 0; m < kPerThread; ++m) {
+        const int f = threadIdx.x + m * kWarps * 32;
+        if (f >= kOut) continue;
+        sum[m] = 0.f;
+        for (int v = 0; v < int(cluster.num_blocks()); ++v) sum[m] += *cluster.map_shared_rank(red + f, v);
+      }
     }
+    cluster.sync();  // a block's shared memory outlives the first block's reads of it
+    if (!first) return;
   }
   const int64_t out_offset = blockIdx.z * out_batch + int64_t(token_tile) * 8 * NT * ldo;
 #pragma unroll
@@ -168,7 +171,6 @@ inline int64_t row_blocks(int64_t N, const SkinnyFp8Config& c) {
 }
 
 // The staged form's launch (skinny_gemm_fp8_staged.cu), for launch_skinny_gemm_fp8.
-void launch_staged(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t row_blocks, SkinnySplit split,
-                   cudaStream_t stream);
+void launch_staged(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t row_blocks, cudaStream_t stream);
 
 }  // namespace mlaserve::cuda::skinny_fp8

@@ -7,8 +7,8 @@
 // a token hold all of them, so the group's amax is two shuffles), runs 4 MMAs a 16-row tile and
 // token tile from zero, and adds that block's sum to fp32 accumulators times the activation and
 // weight scales, as the CPU reference does (cpu_fp8.cc). The k_warps warps of a row group split the
-// K-blocks and add their sums in shared memory; `splits` CTAs of the same rows split K further (the
-// last to finish, told by a counter, adds their partials in a fixed order).
+// K-blocks and add their sums in shared memory; `splits` CTAs of the same rows split K further, as one
+// thread-block cluster (the first adds the others' sums from their shared memory, in a fixed order).
 //
 // Fragment order: a dot product does not care in which order k is summed, so thread (g = lane / 4,
 // t4 = lane % 4) loads bytes [16 t4, 16 t4 + 16) of each 64-byte half of a row's block, and those
@@ -43,6 +43,8 @@ namespace mlaserve::cuda {
 
 using namespace skinny_fp8;
 
+static_assert(kSkinnyGemmMaxSplits <= 8, "a launch's splits are one cluster, of at most the portable 8 blocks");
+
 namespace {
 
 // RT: 16-row tiles a warp; NT: 8-token tiles (a CTA's tokens <= 8 NT); WK: warps on K (8 / WK on
@@ -53,7 +55,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     skinny_fp8_kernel(const void* __restrict__ x_raw, int64_t ldx, const float* __restrict__ xs, int64_t xs_t,
                       int64_t xs_g, const uint8_t* __restrict__ w, int64_t ldw, const float* __restrict__ ws,
                       int64_t ldws, void* __restrict__ out, int64_t ldo, bool out_f32, int T_all, int N, int K,
-                      int64_t x_batch, int64_t w_batch, int64_t ws_batch, int64_t out_batch, SkinnySplit split) {
+                      int64_t x_batch, int64_t w_batch, int64_t ws_batch, int64_t out_batch) {
   using XT = std::conditional_t<QX, uint8_t, bf16>;
   const XT* x = static_cast<const XT*>(x_raw);
   constexpr int WR = kWarps / WK;
@@ -182,42 +184,41 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     cur = next;
   }
 
-  reduce_and_store<RT, NT, WK>(acc, &red[0][0], T, token_tile(), cta_row0(), N, out, ldo, out_f32, out_batch, split);
+  reduce_and_store<RT, NT, WK>(acc, &red[0][0], T, token_tile(), cta_row0(), N, out, ldo, out_f32, out_batch);
 }
 
 int64_t token_tiles(int64_t T) { return T <= 8 ? 1 : (T + 15) / 16; }
 
 template <int RT, int NT, int WK, bool QX>
-void launch_tiles(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
-  dim3 grid(unsigned(row_blocks * token_tiles(p.T)), unsigned(split.splits), unsigned(p.batch));
-  launch_pdl(skinny_fp8_kernel<RT, NT, WK, QX>, grid, kWarps * 32, 0, stream, p.x, p.ldx, p.x_scales, p.xs_t, p.xs_g,
-             static_cast<const uint8_t*>(p.w), p.ldw, p.w_scales, p.ldws, p.out, p.ldo, p.out_f32, int(p.T), int(p.N),
-             int(p.K), p.x_batch, p.w_batch, p.ws_batch, p.out_batch, split);
+void launch_tiles(const SkinnyFp8Problem& p, int64_t row_blocks, int splits, cudaStream_t stream) {
+  dim3 grid(unsigned(row_blocks * token_tiles(p.T)), unsigned(splits), unsigned(p.batch));
+  launch_pdl_clusters(skinny_fp8_kernel<RT, NT, WK, QX>, grid, dim3(1, splits, 1), kWarps * 32, 0, stream, p.x, p.ldx,
+                      p.x_scales, p.xs_t, p.xs_g, static_cast<const uint8_t*>(p.w), p.ldw, p.w_scales, p.ldws, p.out,
+                      p.ldo, p.out_f32, int(p.T), int(p.N), int(p.K), p.x_batch, p.w_batch, p.ws_batch, p.out_batch);
 }
 
 template <int RT, int WK, bool QX>
-void launch_tokens(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
+void launch_tokens(const SkinnyFp8Problem& p, int64_t row_blocks, int splits, cudaStream_t stream) {
   if (p.T <= 8)
-    launch_tiles<RT, 1, WK, QX>(p, row_blocks, split, stream);
+    launch_tiles<RT, 1, WK, QX>(p, row_blocks, splits, stream);
   else
-    launch_tiles<RT, 2, WK, QX>(p, row_blocks, split, stream);
+    launch_tiles<RT, 2, WK, QX>(p, row_blocks, splits, stream);
 }
 
 template <int RT, int WK>
-void launch_inputs(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
+void launch_inputs(const SkinnyFp8Problem& p, int64_t row_blocks, int splits, cudaStream_t stream) {
   if (p.x_scales)
-    launch_tokens<RT, WK, true>(p, row_blocks, split, stream);
+    launch_tokens<RT, WK, true>(p, row_blocks, splits, stream);
   else
-    launch_tokens<RT, WK, false>(p, row_blocks, split, stream);
+    launch_tokens<RT, WK, false>(p, row_blocks, splits, stream);
 }
 
 template <int WK>
-void launch_rows(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t row_blocks, SkinnySplit split,
-                 cudaStream_t stream) {
+void launch_rows(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t row_blocks, cudaStream_t stream) {
   switch (c.row_tiles) {
-    case 1: launch_inputs<1, WK>(p, row_blocks, split, stream); break;
-    case 2: launch_inputs<2, WK>(p, row_blocks, split, stream); break;
-    default: launch_inputs<4, WK>(p, row_blocks, split, stream); break;
+    case 1: launch_inputs<1, WK>(p, row_blocks, c.splits, stream); break;
+    case 2: launch_inputs<2, WK>(p, row_blocks, c.splits, stream); break;
+    default: launch_inputs<4, WK>(p, row_blocks, c.splits, stream); break;
   }
 }
 
@@ -264,32 +265,20 @@ SkinnyFp8Config skinny_gemm_fp8_default(int64_t N, int64_t K, int64_t T, int64_t
   return c;
 }
 
-int64_t skinny_gemm_fp8_blocks(const SkinnyFp8Problem& p, const SkinnyFp8Config& c) {
-  return row_blocks(p.N, c) * token_tiles(p.T) * p.batch;
-}
-
-size_t skinny_gemm_fp8_partial_floats(const SkinnyFp8Problem& p, const SkinnyFp8Config& c) {
-  const int64_t nt = p.T > 8 ? 2 : 1, per_cta = (kWarps / c.k_warps) * c.row_tiles * nt * 4 * 32;
-  return c.splits > 1 ? size_t(skinny_gemm_fp8_blocks(p, c) * c.splits * per_cta) : 0;
-}
-
-void launch_skinny_gemm_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, SkinnySplit split,
-                            cudaStream_t stream) {
-  MLA_CHECK(skinny_gemm_fp8_fits(p) && skinny_gemm_fp8_valid(c, p.K) && split.splits == c.splits,
-            "skinny FP8 GEMM: T={} N={} K={} batch {} with {} (splits {}) is not a launch it has", p.T, p.N, p.K,
-            p.batch, to_string(c), split.splits);
-  MLA_CHECK(c.splits == 1 || (split.partials && split.counters),
-            "skinny FP8 GEMM: split-K needs partials and counters");
+void launch_skinny_gemm_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, cudaStream_t stream) {
+  MLA_CHECK(skinny_gemm_fp8_fits(p) && skinny_gemm_fp8_valid(c, p.K),
+            "skinny FP8 GEMM: T={} N={} K={} batch {} with {} is not a launch it has", p.T, p.N, p.K, p.batch,
+            to_string(c));
   const int64_t rb = row_blocks(p.N, c);
   if (c.depth) {
-    launch_staged(p, c, rb, split, stream);
+    launch_staged(p, c, rb, stream);
     return;
   }
   switch (c.k_warps) {
-    case 1: launch_rows<1>(p, c, rb, split, stream); break;
-    case 2: launch_rows<2>(p, c, rb, split, stream); break;
-    case 4: launch_rows<4>(p, c, rb, split, stream); break;
-    default: launch_rows<8>(p, c, rb, split, stream); break;
+    case 1: launch_rows<1>(p, c, rb, stream); break;
+    case 2: launch_rows<2>(p, c, rb, stream); break;
+    case 4: launch_rows<4>(p, c, rb, stream); break;
+    default: launch_rows<8>(p, c, rb, stream); break;
   }
 }
 

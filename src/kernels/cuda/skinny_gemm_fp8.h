@@ -76,14 +76,6 @@ bool skinny_gemm_fp8_valid(const SkinnyFp8Config& c, int64_t K);
 bool skinny_gemm_fp8_staged_fits(int64_t T, int64_t K, const SkinnyFp8Config& c);
 // The configuration used where no tuned one exists (tune-fp8-gemm measures the others).
 SkinnyFp8Config skinny_gemm_fp8_default(int64_t N, int64_t K, int64_t T, int64_t batch, int num_sms);
-// CTAs a launch has in one split (each needs a split-K counter when splits > 1), and the partial
-// floats it needs.
-int64_t skinny_gemm_fp8_blocks(const SkinnyFp8Problem& p, const SkinnyFp8Config& c);
-size_t skinny_gemm_fp8_partial_floats(const SkinnyFp8Problem& p, const SkinnyFp8Config& c);
-
-// split.splits must equal c.splits; with splits > 1, split.partials holds
-// skinny_gemm_fp8_partial_floats and split.counters one zeroed int per CTA of a split (left zeroed).
-void launch_skinny_gemm_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, SkinnySplit split,
-                            cudaStream_t stream);
+void launch_skinny_gemm_fp8(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, cudaStream_t stream);
 
 }  // namespace mlaserve::cuda

@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                              int64_t xs_t, int64_t xs_g, const uint8_t* __restrict__ w, int64_t ldw,
                              const float* __restrict__ ws, int64_t ldws, void* __restrict__ out, int64_t ldo,
                              bool out_f32, int T, int N, int K, int64_t x_batch, int64_t w_batch, int64_t ws_batch,
-                             int64_t out_batch, SkinnySplit split) {
+                             int64_t out_batch) {
   constexpr int WR = kWarps / WK;
   extern __shared__ __align__(16) uint8_t staged[];
   __shared__ float red[kWarps][RT * NT * 4 * 32];
@@ -163,54 +163,54 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 
-  reduce_and_store<RT, NT, WK>(acc, &red[0][0], T, 0, cta_n0, N, out, ldo, out_f32, out_batch, split);
+  reduce_and_store<RT, NT, WK>(acc, &red[0][0], T, 0, cta_n0, N, out, ldo, out_f32, out_batch);
 }
 
 // The staged form's shared memory stays under this (two CTAs of the largest still fit an SM).
 constexpr int64_t kStagedMaxSmem = 96 * 1024;
 
 template <int RT, int NT, int WK, int D, bool QX>
-void launch_form(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
+void launch_form(const SkinnyFp8Problem& p, int64_t row_blocks, int splits, cudaStream_t stream) {
   auto* kernel = skinny_fp8_staged_kernel<RT, NT, WK, D, QX>;
   static const bool sized = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStagedMaxSmem)));
     return true;
   }();
   (void)sized;
-  const int64_t range = (p.K / kBlockK + split.splits - 1) / split.splits;
-  dim3 grid(unsigned(row_blocks), unsigned(split.splits), unsigned(p.batch));
-  launch_pdl(kernel, grid, kWarps * 32, size_t(staged_smem_bytes(p.T, range)), stream, p.x, p.ldx, p.x_scales, p.xs_t,
-             p.xs_g, static_cast<const uint8_t*>(p.w), p.ldw, p.w_scales, p.ldws, p.out, p.ldo, p.out_f32, int(p.T),
-             int(p.N), int(p.K), p.x_batch, p.w_batch, p.ws_batch, p.out_batch, split);
+  const int64_t range = (p.K / kBlockK + splits - 1) / splits;
+  dim3 grid(unsigned(row_blocks), unsigned(splits), unsigned(p.batch));
+  launch_pdl_clusters(kernel, grid, dim3(1, splits, 1), kWarps * 32, size_t(staged_smem_bytes(p.T, range)), stream,
+                      p.x, p.ldx, p.x_scales, p.xs_t, p.xs_g, static_cast<const uint8_t*>(p.w), p.ldw, p.w_scales,
+                      p.ldws, p.out, p.ldo, p.out_f32, int(p.T), int(p.N), int(p.K), p.x_batch, p.w_batch, p.ws_batch,
+                      p.out_batch);
 }
 
 template <int RT, int WK, int D, bool QX>
-void launch_staged_tokens(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
+void launch_staged_tokens(const SkinnyFp8Problem& p, int64_t row_blocks, int splits, cudaStream_t stream) {
   if constexpr (RT < 4) {
-    if (p.T > 8) return launch_form<RT, 2, WK, D, QX>(p, row_blocks, split, stream);
+    if (p.T > 8) return launch_form<RT, 2, WK, D, QX>(p, row_blocks, splits, stream);
   }
-  launch_form<RT, 1, WK, D, QX>(p, row_blocks, split, stream);
+  launch_form<RT, 1, WK, D, QX>(p, row_blocks, splits, stream);
 }
 
 template <int RT, int WK, int D>
-void launch_staged_inputs(const SkinnyFp8Problem& p, int64_t row_blocks, SkinnySplit split, cudaStream_t stream) {
+void launch_staged_inputs(const SkinnyFp8Problem& p, int64_t row_blocks, int splits, cudaStream_t stream) {
   if (p.x_scales)
-    launch_staged_tokens<RT, WK, D, true>(p, row_blocks, split, stream);
+    launch_staged_tokens<RT, WK, D, true>(p, row_blocks, splits, stream);
   else
-    launch_staged_tokens<RT, WK, D, false>(p, row_blocks, split, stream);
+    launch_staged_tokens<RT, WK, D, false>(p, row_blocks, splits, stream);
 }
 
 template <int WK>
-void launch_staged_rows(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t rb, SkinnySplit split,
-                        cudaStream_t stream) {
+void launch_staged_rows(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t rb, cudaStream_t stream) {
   switch (c.row_tiles * 8 + c.depth) {
-    case 8 + 2: launch_staged_inputs<1, WK, 2>(p, rb, split, stream); break;
-    case 8 + 3: launch_staged_inputs<1, WK, 3>(p, rb, split, stream); break;
-    case 8 + 4: launch_staged_inputs<1, WK, 4>(p, rb, split, stream); break;
-    case 16 + 2: launch_staged_inputs<2, WK, 2>(p, rb, split, stream); break;
-    case 16 + 3: launch_staged_inputs<2, WK, 3>(p, rb, split, stream); break;
-    case 16 + 4: launch_staged_inputs<2, WK, 4>(p, rb, split, stream); break;
-    default: launch_staged_inputs<4, WK, 2>(p, rb, split, stream); break;
+    case 8 + 2: launch_staged_inputs<1, WK, 2>(p, rb, c.splits, stream); break;
+    case 8 + 3: launch_staged_inputs<1, WK, 3>(p, rb, c.splits, stream); break;
+    case 8 + 4: launch_staged_inputs<1, WK, 4>(p, rb, c.splits, stream); break;
+    case 16 + 2: launch_staged_inputs<2, WK, 2>(p, rb, c.splits, stream); break;
+    case 16 + 3: launch_staged_inputs<2, WK, 3>(p, rb, c.splits, stream); break;
+    case 16 + 4: launch_staged_inputs<2, WK, 4>(p, rb, c.splits, stream); break;
+    default: launch_staged_inputs<4, WK, 2>(p, rb, c.splits, stream); break;
   }
 }
 
@@ -224,16 +224,15 @@ bool skinny_gemm_fp8_staged_fits(int64_t T, int64_t K, const SkinnyFp8Config& c)
 
 namespace skinny_fp8 {
 
-void launch_staged(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t rb, SkinnySplit split,
-                   cudaStream_t stream) {
+void launch_staged(const SkinnyFp8Problem& p, const SkinnyFp8Config& c, int64_t rb, cudaStream_t stream) {
   MLA_CHECK(skinny_gemm_fp8_staged_fits(p.T, p.K, c),
             "skinny FP8 GEMM: T={} K={} with {} stages more than {} tokens or {} bytes of x", p.T, p.K, to_string(c),
             kSkinnyFp8MaxRows, kStagedMaxSmem);
   switch (c.k_warps) {
-    case 1: launch_staged_rows<1>(p, c, rb, split, stream); break;
-    case 2: launch_staged_rows<2>(p, c, rb, split, stream); break;
-    case 4: launch_staged_rows<4>(p, c, rb, split, stream); break;
-    default: launch_staged_rows<8>(p, c, rb, split, stream); break;
+    case 1: launch_staged_rows<1>(p, c, rb, stream); break;
+    case 2: launch_staged_rows<2>(p, c, rb, stream); break;
+    case 4: launch_staged_rows<4>(p, c, rb, stream); break;
+    default: launch_staged_rows<8>(p, c, rb, stream); break;
   }
 }
 
