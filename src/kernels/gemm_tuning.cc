@@ -127,7 +127,8 @@ Fp8GemmTuning Fp8GemmTuning::from_json(const nlohmann::json& j, const std::strin
     for (const auto& [tokens, choice] : entry.items()) {
       const std::string where = fmt::format("{}: shape {} tokens {}", what, key, tokens);
       std::optional<Fp8GemmChoice> from_rows;
-      if (choice.is_object() && choice.contains("rows")) from_rows = choice_from_json(choice["rows"], where + " rows", true);
+      if (choice.is_object() && choice.contains("rows"))
+        from_rows = choice_from_json(choice["rows"], where + " rows", true);
       t.set(N, K, parse_tuned_count(tokens, where), choice_from_json(choice, where, false), from_rows);
     }
   }
