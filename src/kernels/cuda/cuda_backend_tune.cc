@@ -167,8 +167,10 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
                     linear_fp8_w8a8_skinny(codes.q, codes.scales, ws[size_t(i % copies)], got, c);
                   });
                   progress(fmt::format("N={} K={} T={}: quantize, skinny {} {:.4f} ms", N, K, T, what, qms));
-                  if (qms < best_rows.ms) best_rows = {Fp8GemmChoice::Kernel::Skinny, row_tiles, splits, qms, k_warps,
-                                                       depth, true};
+                  if (qms < best_rows.ms) {
+                    best_rows = here;  // codes in: in a launch from rows, quantized first
+                    best_rows.ms = qms;
+                  }
                 }
       }
       const bool takes_codes = best.kernel == Fp8GemmChoice::Kernel::Cublaslt || best.codes_in;
