@@ -42,7 +42,7 @@
 namespace {
 
 constexpr size_t kWorkspace = 32u << 20;
-constexpr int kSecondsAShape = 40;  // of timing configurations, per shape and token count
+constexpr int kSecondsAShape = 25;  // of timing configurations, per shape and token count
 
 struct Shape {
   const char* name;
