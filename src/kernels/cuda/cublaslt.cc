@@ -86,15 +86,18 @@ bool CublasLt::choose_algorithm(CublasLtPlan& plan, uint32_t alignment) {
   return found > 0;
 }
 
+bool CublasLt::accepts(const CublasLtPlan& plan, const cublasLtMatmulAlgo_t& algo) const {
+  cublasLtMatmulHeuristicResult_t result{};
+  return cublasLtMatmulAlgoCheck(handle_, plan.op, plan.a, plan.b, plan.c, plan.c, &algo, &result) ==
+             CUBLAS_STATUS_SUCCESS &&
+         result.workspaceSize <= workspace_bytes_;
+}
+
 bool CublasLt::use_config(CublasLtPlan& plan, const CublasLtConfig& config) {
   cublasLtMatmulAlgo_t algo;
   if (config.heuristic() || !init_algo(handle_, plan, config.algo, algo)) return false;
   set_config(algo, config);
-  cublasLtMatmulHeuristicResult_t result{};
-  if (cublasLtMatmulAlgoCheck(handle_, plan.op, plan.a, plan.b, plan.c, plan.c, &algo, &result) !=
-          CUBLAS_STATUS_SUCCESS ||
-      result.workspaceSize > workspace_bytes_)
-    return false;
+  if (!accepts(plan, algo)) return false;
   plan.algo = algo;
   return true;
 }
@@ -120,11 +123,7 @@ std::vector<CublasLtConfig> CublasLt::configs(const CublasLtPlan& plan) {
               const CublasLtConfig c{ids[i], int(tile), int(stages), cluster, swizzle, custom};
               cublasLtMatmulAlgo_t algo = base;
               set_config(algo, c);
-              cublasLtMatmulHeuristicResult_t result{};
-              if (cublasLtMatmulAlgoCheck(handle_, plan.op, plan.a, plan.b, plan.c, plan.c, &algo, &result) ==
-                      CUBLAS_STATUS_SUCCESS &&
-                  result.workspaceSize <= workspace_bytes_)
-                out.push_back(c);
+              if (accepts(plan, algo)) out.push_back(c);
             }
   }
   return out;

@@ -48,6 +48,9 @@ class CublasLt {
   void matmul(const CublasLtPlan& plan, const void* a, const void* b, void* c, cudaStream_t stream);
 
  private:
+  // Whether cuBLASLt runs `algo` for the plan (cublasLtMatmulAlgoCheck) within the workspace.
+  bool accepts(const CublasLtPlan& plan, const cublasLtMatmulAlgo_t& algo) const;
+
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_;

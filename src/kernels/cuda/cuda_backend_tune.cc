@@ -73,14 +73,16 @@ void tune_cublaslt_configs(CudaBackend& gpu, const std::vector<LinearWeight>& ws
   const size_t copies = ws.size();
   gpu.linear_fp8_w8a8_cublaslt(xq.q, xq.scales, ws[0], out, CublasLtConfig{});
   const Tensor want = gpu.to_host(out).to_f32();
+  auto from_codes_ms = [&](const CublasLtConfig& c, int reps, int warmup) {
+    return median_ms(gpu.stream(), [&](int i) {
+      produce(true);
+      gpu.linear_fp8_w8a8_cublaslt(codes.q, codes.scales, ws[size_t(i) % copies], out, c);
+    }, reps, warmup);
+  };
   std::vector<std::pair<double, CublasLtConfig>> quick;
   for (const CublasLtConfig& c : gpu.fp8_gemm_configs(T, ws[0], out.dtype() == DType::F32)) {
     try {  // an accepted configuration that cuBLASLt then refuses to run is left out, not fatal
-      const double ms = median_ms(gpu.stream(), [&](int i) {
-        produce(true);
-        gpu.linear_fp8_w8a8_cublaslt(codes.q, codes.scales, ws[size_t(i) % copies], out, c);
-      }, 10, 2);
-      quick.emplace_back(ms, c);
+      quick.emplace_back(from_codes_ms(c, 10, 2), c);
     } catch (const Error& e) {
       progress(fmt::format("N={} K={} T={}: {} does not run: {}", N, K, T, to_string(c), e.what()));
     }
@@ -98,10 +100,7 @@ void tune_cublaslt_configs(CudaBackend& gpu, const std::vector<LinearWeight>& ws
     }
     Fp8GemmChoice here;  // cuBLASLt
     here.lt = c;
-    here.ms = median_ms(gpu.stream(), [&](int i) {
-      produce(true);
-      gpu.linear_fp8_w8a8_cublaslt(codes.q, codes.scales, ws[size_t(i) % copies], out, c);
-    });
+    here.ms = from_codes_ms(c, 50, 5);  // median_ms's defaults
     const double rows_ms = median_ms(gpu.stream(), [&](int i) {
       produce(false);
       gpu.linear_w8a8_cublaslt(rows, ws[size_t(i) % copies], out, c);
