@@ -5,8 +5,7 @@
 //   {"device": "NVIDIA H200", "kernel": "fp8_w8a8_block128",
 //    "shapes": {"N=24576,K=1536": {"1": {"kernel": "skinny", "row_tiles": 1, "splits": 1, "k_warps": 1,
 //                                        "depth": 4},
-//                                  "16": {"kernel": "cublaslt", "rows": {"kernel": "skinny", ...}},
-//                                  "1024": {"kernel": "cublaslt", "lt": {"algo": 66, "tile": 17, ...}}, ...},
+//                                  "16": {"kernel": "cublaslt", "rows": {"kernel": "skinny", ...}}, ...},
 //               ...}}
 // "rows" (where the choice takes codes): the fastest launch from BF16 rows, for a linear whose input
 // no producer writes as codes (o_proj's comes from the attention); "x": "quantized" there: the rows
@@ -17,7 +16,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -25,19 +23,6 @@
 #include "kernels/tuning_file.h"
 
 namespace mlaserve {
-
-// One of cuBLASLt's configurations of its block-scaled FP8 matmul, in cuBLASLt's numbering
-// (cublasLtMatmulAlgoConfigAttributes_t): the algorithm id, tile, stage count, cluster shape, CTA
-// swizzle and custom option. algo < 0: the heuristic's pick. Where few row tiles fill the GPU
-// (q_kv_a at 1024 tokens: 136 tiles of 128 x 128 on 132 SMs) a smaller tile beat that pick by a third.
-struct CublasLtConfig {
-  int algo = -1, tile = 0, stages = 0, cluster = 0, swizzle = 0, custom = 0;
-  bool heuristic() const { return algo < 0; }
-  // Spelled out: .cu files include this header as C++17.
-  auto fields() const { return std::tie(algo, tile, stages, cluster, swizzle, custom); }
-  bool operator==(const CublasLtConfig& o) const { return fields() == o.fields(); }
-  bool operator<(const CublasLtConfig& o) const { return fields() < o.fields(); }
-};
 
 struct Fp8GemmChoice {
   enum class Kernel { Skinny, Cublaslt };
@@ -50,10 +35,9 @@ struct Fp8GemmChoice {
   // not as BF16 rows it quantizes itself (files without it: rows). cuBLASLt always takes codes. In
   // a launch from rows: codes made by a quantization launch first (timed with it).
   bool codes_in = false;
-  CublasLtConfig lt{};  // cuBLASLt's configuration (files without it: the heuristic's)
   bool operator==(const Fp8GemmChoice& o) const {
     return kernel == o.kernel && row_tiles == o.row_tiles && splits == o.splits && k_warps == o.k_warps &&
-           depth == o.depth && codes_in == o.codes_in && lt == o.lt;
+           depth == o.depth && codes_in == o.codes_in;
   }
 };
 
@@ -101,8 +85,7 @@ class Fp8GemmTuning {
   std::map<std::pair<int64_t, int64_t>, std::map<int64_t, Entry>> table_;
 };
 
-// "skinny row_tiles=1 splits=1 k_warps=8 depth=0 x=codes", "cublaslt", or "cublaslt algo=66 tile=17 ...".
+// "skinny row_tiles=1 splits=1 k_warps=8 depth=0 x=codes", or "cublaslt".
 std::string to_string(const Fp8GemmChoice& c);
-std::string to_string(const CublasLtConfig& c);
 
 }  // namespace mlaserve

@@ -382,34 +382,5 @@ TEST_F(Fp8Linear, TunedChoicesAreFollowedAndBadOnesFallBack) {
   }
 }
 
-// cuBLASLt's configurations past 16 tokens: a tuned one (a 64 x 128 tile where cuBLASLt offers it,
-// as tune-fp8-gemm picked for q_kv_a at 1024 tokens) runs from the table and matches the
-// reference; one cuBLASLt rejects (an algorithm id it does not have) falls back to the heuristic's.
-TEST_F(Fp8Linear, TunedCublasLtConfigurationsRunAndRejectedOnesFallBack) {
-  const int64_t T = 80, N = 640, K = 1024;
-  LinearWeight w = quantize_fp8_blocks(random_f32({N, K}, seed + 50, 0.05f), 128, 128);
-  LinearWeight wd = gpu.to_backend(w);
-  const std::vector<CublasLtConfig> configs = gpu.fp8_gemm_configs(T, wd, false);
-  ASSERT_FALSE(configs.empty());
-  CublasLtConfig chosen = configs.front();
-  for (const CublasLtConfig& c : configs)
-    if (c.tile == 17) chosen = c;  // CUBLASLT_MATMUL_TILE_64x128
-  Tensor x = bf16_exact({T, K}, seed + 51, 1.0f), want = Tensor::empty(DType::F32, {T, N});
-  apply_linear(*cpu, x, w, want);
-  const CublasLtConfig rejected{9999, 17, 0, 0, 0, 0};
-  for (const CublasLtConfig& c : {chosen, rejected}) {
-    Fp8GemmTuning tuning;
-    Fp8GemmChoice choice;  // cuBLASLt
-    choice.lt = c;
-    tuning.set(N, K, T, choice);
-    gpu.set_fp8_gemm_tuning(tuning);
-    Tensor out = poisoned(gpu, DType::BF16, {T, N});
-    apply_linear(gpu, dev_bf16(x), wd, out);
-    const double err = rel_l2(gpu.to_host(out), want);
-    worst = std::max(worst, err);
-    EXPECT_LE(err, kBf16Tolerance) << to_string(c);
-  }
-}
-
 }  // namespace
 }  // namespace mlaserve

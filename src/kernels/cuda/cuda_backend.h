@@ -89,18 +89,13 @@ class CudaBackend final : public Backend {
                    Fp8Activation& fp8) override;
   void silu_and_mul_fp8(const Tensor& gate, const Tensor& up, Tensor& out, Fp8Activation& fp8) override;
   // linear_w8a8 through one kernel (tests and the tuner; the op picks by the tuned table): the
-  // skinny kernel with a given launch (T <= 16), or quantization and cuBLASLt's block-scaled GEMM in
-  // configuration `lt` (nothing: the tuned table's, else the heuristic's; fp8_gemm_configs lists them).
+  // skinny kernel with a given launch (T <= 16), or quantization and cuBLASLt's block-scaled GEMM.
   void linear_w8a8_skinny(const Tensor& x, const LinearWeight& w, Tensor& out, const SkinnyFp8Config& c);
-  void linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out,
-                            const std::optional<CublasLtConfig>& lt = std::nullopt);
+  void linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out);
   // linear_fp8_w8a8 through one kernel: the skinny kernel with a given launch, or cuBLASLt.
   void linear_fp8_w8a8_skinny(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
                               const SkinnyFp8Config& c);
-  void linear_fp8_w8a8_cublaslt(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
-                                const std::optional<CublasLtConfig>& lt = std::nullopt);
-  // The configurations cuBLASLt accepts for the block-scaled GEMM of T tokens by w (CublasLt::configs).
-  std::vector<CublasLtConfig> fp8_gemm_configs(int64_t T, const LinearWeight& w, bool out_f32);
+  void linear_fp8_w8a8_cublaslt(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out);
   std::string device_name() const override;
   void set_moe_tuning(MoeTuning tuning) override;                                     // cuda_backend_moe.cc
   MoeTuning tune_moe(const std::vector<MoeTuneCase>& cases,
@@ -174,10 +169,8 @@ class CudaBackend final : public Backend {
   int64_t check_fp8_codes_linear(const Tensor& q, const Tensor& scales, const LinearWeight& w,
                                  const Tensor& out) const;
   // linear_fp8_w8a8 on cuBLASLt, its operands checked already (check_fp8_codes_linear) and T > 0.
-  void fp8_codes_gemm(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
-                      const std::optional<CublasLtConfig>& lt);
-  void fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w, Tensor& out,
-                      const std::optional<CublasLtConfig>& lt);
+  void fp8_codes_gemm(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out);
+  void fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w, Tensor& out);
   // The skinny launch of a W8A8 linear (the tuned one, else the default) and whether it was tuned
   // from codes (Fp8GemmChoice::codes_in), or nothing where cuBLASLt runs it. from_rows: x comes as
   // BF16 rows whatever the table prefers (the entry's launch from rows).

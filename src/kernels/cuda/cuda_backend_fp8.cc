@@ -174,42 +174,33 @@ void CudaBackend::linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const L
   if (std::optional<SkinnyFp8Pick> c = skinny_fp8_choice(few, false))
     launch_skinny_gemm_fp8(few, c->config, stream_);
   else
-    fp8_codes_gemm(q, scales, w, out, std::nullopt);
+    fp8_codes_gemm(q, scales, w, out);
 }
 
-void CudaBackend::linear_fp8_w8a8_cublaslt(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
-                                           const std::optional<CublasLtConfig>& lt) {
-  if (check_fp8_codes_linear(q, scales, w, out) > 0) fp8_codes_gemm(q, scales, w, out, lt);
+void CudaBackend::linear_fp8_w8a8_cublaslt(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) {
+  if (check_fp8_codes_linear(q, scales, w, out) > 0) fp8_codes_gemm(q, scales, w, out);
 }
 
-std::vector<CublasLtConfig> CudaBackend::fp8_gemm_configs(int64_t T, const LinearWeight& w, bool out_f32) {
-  const int64_t Tp = padded_tokens(T), N = w.out_features(), K = w.in_features();
-  Tensor scales_t = empty(DType::F32, {(K + 127) / 128, Tp});
-  return gemm_->fp8_configs(scales_t.data<float>(), K, w.scale_inv.data<float>(), w.weight.stride(0), N, out_f32, Tp,
-                            N, K);
-}
-
-void CudaBackend::fp8_codes_gemm(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
-                                 const std::optional<CublasLtConfig>& lt) {
+void CudaBackend::fp8_codes_gemm(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) {
   const int64_t T = q.size(0), K = w.in_features(), G = (K + 127) / 128;
   const int64_t Tp = padded_tokens(T);
   MLA_CHECK(q.stride(0) % 16 == 0, "linear_fp8_w8a8: the codes' rows must be 16-byte aligned");
   if (in_gemm_layout(scales)) {
-    fp8_block_gemm(q.raw(), q.stride(0), scales.as_strided({G, Tp}, {Tp, 1}), w, out, lt);
+    fp8_block_gemm(q.raw(), q.stride(0), scales.as_strided({G, Tp}, {Tp, 1}), w, out);
     return;
   }
   MLA_CHECK(scales.is_contiguous(), "linear_fp8_w8a8: scales must be contiguous or as empty_fp8_activation lays them");
   Tensor scales_t = empty(DType::F32, {G, Tp});
   launch_transpose_scales(scales.data<float>(), scales.stride(0), T, G, scales_t.data<float>(), Tp, stream_);
   if (Tp == T) {
-    fp8_block_gemm(q.raw(), q.stride(0), scales_t, w, out, lt);
+    fp8_block_gemm(q.raw(), q.stride(0), scales_t, w, out);
     return;
   }
   // Rows T..Tp-1 stay unset: a GEMM's output row reads only its own input row and scale, and those
   // rows of the result are dropped.
   Tensor q_pad = empty(DType::F8_E4M3, {Tp, K});
   CUDA_CHECK(cudaMemcpy2DAsync(q_pad.raw(), K, q.raw(), q.stride(0), K, T, cudaMemcpyDeviceToDevice, stream_));
-  fp8_block_gemm(q_pad.raw(), K, scales_t, w, out, lt);
+  fp8_block_gemm(q_pad.raw(), K, scales_t, w, out);
 }
 
 void CudaBackend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out) {
@@ -283,8 +274,7 @@ void CudaBackend::linear_w8a8_skinny(const Tensor& x, const LinearWeight& w, Ten
   launch_skinny_gemm_fp8(skinny_problem(x, w, &out, w.out_features()), c, stream_);
 }
 
-void CudaBackend::linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out,
-                                       const std::optional<CublasLtConfig>& lt) {
+void CudaBackend::linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out) {
   int64_t T = x.defined() ? x.size(0) : 0, K = w.in_features(), G = (K + 127) / 128;
   check_fp8_linear(T, w, out);
   check_matrix(x, DType::BF16, T, K, "linear_w8a8 x");
@@ -294,7 +284,7 @@ void CudaBackend::linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, T
   Tensor q = empty(DType::F8_E4M3, {Tp, K}), scales_t = empty(DType::F32, {G, Tp});
   launch_quantize_fp8_per_token_group(x.raw(), x.stride(0), T, K, 128, q.raw(), K, scales_t.data<float>(), 1, Tp,
                                       stream_);
-  fp8_block_gemm(q.raw(), K, scales_t, w, out, lt);
+  fp8_block_gemm(q.raw(), K, scales_t, w, out);
 }
 
 int64_t CudaBackend::check_fp8_codes_linear(const Tensor& q, const Tensor& scales, const LinearWeight& w,
@@ -329,7 +319,7 @@ void CudaBackend::check_fp8_linear(int64_t T, const LinearWeight& w, const Tenso
 // a copy made V2-Lite's 8192-token prefill 3% slower): the weight's rows of zeros keep any read of
 // that block as a whole inside the allocation.
 void CudaBackend::fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w,
-                                 Tensor& out, const std::optional<CublasLtConfig>& lt) {
+                                 Tensor& out) {
   const int64_t T = out.size(0), Tp = scales_t.size(1), N = w.out_features(), K = w.in_features();
   MLA_CHECK(rows_whole(w),
             "FP8 linear: a {}-row weight needs {} rows of zeros after it for the block-scaled GEMM (to_backend "
@@ -337,16 +327,8 @@ void CudaBackend::fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scale
             N, whole_rows(N) - N, w.pad_rows);
   const bool out_f32 = out.dtype() == DType::F32, padded = Tp != T;
   Tensor dst = padded ? empty(out.dtype(), {Tp, N}) : out;
-  // The tuned table's configuration where its entry nearest T is cuBLASLt's (CublasLtConfig).
-  CublasLtConfig config;
-  if (lt) {
-    config = *lt;
-  } else if (std::optional<Fp8GemmChoice> tuned = fp8_tuning_.find(N, K, T);
-             tuned && tuned->kernel == Fp8GemmChoice::Kernel::Cublaslt) {
-    config = tuned->lt;
-  }
   gemm_->fp8_block_nt(q, ldq, scales_t.data<float>(), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
-                      dst.raw(), dst.stride(0), out_f32, Tp, N, K, stream_, config);
+                      dst.raw(), dst.stride(0), out_f32, Tp, N, K, stream_);
   if (!padded) return;
   const size_t elem = dtype_size(out.dtype());
   CUDA_CHECK(cudaMemcpy2DAsync(out.raw(), out.stride(0) * elem, dst.raw(), N * elem, N * elem, T,
