@@ -85,11 +85,11 @@ void run(const TuneArgs& a) {
   Fp8GemmTuning merged = std::filesystem::exists(path) ? Fp8GemmTuning::load(path) : Fp8GemmTuning{};
   merged.set_device(device);
   merged.merge(fresh);
-  std::printf("%-8s %-8s %-6s %-56s %10s   %s\n", "N", "K", "tokens", "fastest", "ms", "from BF16 rows");
+  std::printf("%-8s %-8s %-6s %-64s %10s   %s\n", "N", "K", "tokens", "fastest", "ms", "from BF16 rows");
   for (auto [N, K] : shapes)
     for (int64_t T : a.tokens) {
       const Fp8GemmChoice c = *fresh.find(N, K, T), r = *fresh.find_from_rows(N, K, T);
-      std::printf("%-8lld %-8lld %-6lld %-56s %10.4f   %s %.4f\n", (long long)N, (long long)K, (long long)T,
+      std::printf("%-8lld %-8lld %-6lld %-64s %10.4f   %s %.4f\n", (long long)N, (long long)K, (long long)T,
                   to_string(c).c_str(), c.ms, to_string(r).c_str(), r.ms);
     }
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());

@@ -20,8 +20,13 @@ nlohmann::json choice_json(const Fp8GemmChoice& c, bool rows_entry) {
     j = {{"kernel", "skinny"}, {"row_tiles", c.row_tiles}, {"splits", c.splits}, {"k_warps", c.k_warps}};
     if (c.depth) j["depth"] = c.depth;
     if (c.codes_in) j["x"] = rows_entry ? "quantized" : "codes";
+  } else if (c.kernel == Fp8GemmChoice::Kernel::Wgmma) {
+    j = {{"kernel", "wgmma"}, {"waves", c.waves}, {"group_m", c.group_m}};
   } else {
     j = {{"kernel", "cublaslt"}};
+    if (!c.lt.heuristic())
+      j["lt"] = {{"algo", c.lt.algo},       {"tile", c.lt.tile},       {"stages", c.lt.stages},
+                 {"cluster", c.lt.cluster}, {"swizzle", c.lt.swizzle}, {"custom", c.lt.custom}};
   }
   if (c.ms > 0) j["ms"] = std::round(c.ms * 1e5) / 1e5;  // 10 ns: the file stays readable
   return j;
@@ -58,8 +63,26 @@ Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where
       MLA_CHECK(x == codes || x == "rows", "{}: \"x\" must be \"{}\" or \"rows\"", where, codes);
       c.codes_in = x == codes;
     }
+  } else if (kernel == "wgmma") {
+    c.kernel = Fp8GemmChoice::Kernel::Wgmma;
+    MLA_CHECK(j.contains("waves") && j["waves"].is_number_integer() && j.contains("group_m") &&
+                  j["group_m"].is_number_integer(),
+              "{}: a wgmma choice needs integer \"waves\" and \"group_m\"", where);
+    c.waves = j["waves"];
+    c.group_m = j["group_m"];
+    MLA_CHECK((c.waves == 1 || c.waves == 2) && c.group_m >= 1 && c.group_m <= 64,
+              "{}: waves {} (1 or 2) or group_m {} (1 to 64) out of range", where, c.waves, c.group_m);
   } else {
-    MLA_CHECK(kernel == "cublaslt", "{}: unknown kernel \"{}\" (skinny or cublaslt)", where, kernel);
+    MLA_CHECK(kernel == "cublaslt", "{}: unknown kernel \"{}\" (skinny, cublaslt or wgmma)", where, kernel);
+    if (j.contains("lt")) {
+      const nlohmann::json& lt = j["lt"];
+      auto field = [&](const char* name) {
+        MLA_CHECK(lt.is_object() && lt.contains(name) && lt[name].is_number_integer() && lt[name] >= 0,
+                  "{}: \"lt\" needs a non-negative integer \"{}\"", where, name);
+        return lt[name].get<int>();
+      };
+      c.lt = {field("algo"), field("tile"), field("stages"), field("cluster"), field("swizzle"), field("custom")};
+    }
   }
   if (j.contains("ms") && j["ms"].is_number()) c.ms = j["ms"];
   return c;
@@ -93,8 +116,15 @@ std::optional<Fp8GemmChoice> Fp8GemmTuning::find_from_rows(int64_t N, int64_t K,
   return e->from_rows ? e->from_rows : e->choice;
 }
 
+std::string to_string(const CublasLtConfig& c) {
+  if (c.heuristic()) return "cublaslt";
+  return fmt::format("cublaslt algo={} tile={} stages={} cluster={} swizzle={} custom={}", c.algo, c.tile, c.stages,
+                     c.cluster, c.swizzle, c.custom);
+}
+
 std::string to_string(const Fp8GemmChoice& c) {
-  if (c.kernel == Fp8GemmChoice::Kernel::Cublaslt) return "cublaslt";
+  if (c.kernel == Fp8GemmChoice::Kernel::Cublaslt) return to_string(c.lt);
+  if (c.kernel == Fp8GemmChoice::Kernel::Wgmma) return fmt::format("wgmma waves={} group_m={}", c.waves, c.group_m);
   return fmt::format("skinny row_tiles={} splits={} k_warps={} depth={}{}", c.row_tiles, c.splits, c.k_warps, c.depth,
                      c.codes_in ? " x=codes" : "");
 }

@@ -5,7 +5,9 @@
 //   {"device": "NVIDIA H200", "kernel": "fp8_w8a8_block128",
 //    "shapes": {"N=24576,K=1536": {"1": {"kernel": "skinny", "row_tiles": 1, "splits": 1, "k_warps": 1,
 //                                        "depth": 4},
-//                                  "16": {"kernel": "cublaslt", "rows": {"kernel": "skinny", ...}}, ...},
+//                                  "16": {"kernel": "cublaslt", "rows": {"kernel": "skinny", ...}},
+//                                  "1024": {"kernel": "cublaslt", "lt": {"algo": 66, "tile": 17, ...}},
+//                                  "4096": {"kernel": "wgmma", "waves": 2, "group_m": 8}, ...},
 //               ...}}
 // "rows" (where the choice takes codes): the fastest launch from BF16 rows, for a linear whose input
 // no producer writes as codes (o_proj's comes from the attention); "x": "quantized" there: the rows
@@ -16,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -24,8 +27,21 @@
 
 namespace mlaserve {
 
+// One of cuBLASLt's configurations of its block-scaled FP8 matmul, in cuBLASLt's numbering
+// (cublasLtMatmulAlgoConfigAttributes_t): the algorithm id, tile, stage count, cluster shape, CTA
+// swizzle and custom option. algo < 0: the heuristic's pick. Where few row tiles fill the GPU
+// (q_kv_a at 1024 tokens: 136 tiles of 128 x 128 on 132 SMs) a smaller tile beat that pick by a third.
+struct CublasLtConfig {
+  int algo = -1, tile = 0, stages = 0, cluster = 0, swizzle = 0, custom = 0;
+  bool heuristic() const { return algo < 0; }
+  // Spelled out: .cu files include this header as C++17.
+  auto fields() const { return std::tie(algo, tile, stages, cluster, swizzle, custom); }
+  bool operator==(const CublasLtConfig& o) const { return fields() == o.fields(); }
+  bool operator<(const CublasLtConfig& o) const { return fields() < o.fields(); }
+};
+
 struct Fp8GemmChoice {
-  enum class Kernel { Skinny, Cublaslt };
+  enum class Kernel { Skinny, Cublaslt, Wgmma };
   Kernel kernel = Kernel::Cublaslt;
   int row_tiles = 0, splits = 0;  // the skinny kernel's launch (cuda/skinny_gemm_fp8.h)
   double ms = 0;                  // the linear behind its input's producer, as tuned (0: not measured)
@@ -35,9 +51,13 @@ struct Fp8GemmChoice {
   // not as BF16 rows it quantizes itself (files without it: rows). cuBLASLt always takes codes. In
   // a launch from rows: codes made by a quantization launch first (timed with it).
   bool codes_in = false;
+  CublasLtConfig lt{};  // cuBLASLt's configuration (files without it: the heuristic's)
+  // The warp-specialized kernel's launch (cuda/fp8_gemm_wgmma.h): 128-token waves a tile, token
+  // tiles walked together.
+  int waves = 0, group_m = 0;
   bool operator==(const Fp8GemmChoice& o) const {
     return kernel == o.kernel && row_tiles == o.row_tiles && splits == o.splits && k_warps == o.k_warps &&
-           depth == o.depth && codes_in == o.codes_in;
+           depth == o.depth && codes_in == o.codes_in && lt == o.lt && waves == o.waves && group_m == o.group_m;
   }
 };
 
@@ -85,7 +105,9 @@ class Fp8GemmTuning {
   std::map<std::pair<int64_t, int64_t>, std::map<int64_t, Entry>> table_;
 };
 
-// "skinny row_tiles=1 splits=1 k_warps=8 depth=0 x=codes", or "cublaslt".
+// "skinny row_tiles=1 splits=1 k_warps=8 depth=0 x=codes", "cublaslt", "cublaslt algo=66 tile=17 ...", or
+// "wgmma waves=2 group_m=8".
 std::string to_string(const Fp8GemmChoice& c);
+std::string to_string(const CublasLtConfig& c);
 
 }  // namespace mlaserve

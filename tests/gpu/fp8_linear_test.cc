@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/fp8_gemm_wgmma.h"
 #include "weights/fp8_block_quant.h"
 
 namespace mlaserve {
@@ -128,6 +129,46 @@ TEST_F(Fp8Linear, ApplyLinearQuantizesAndMultiplies) {
       Tensor out_f32 = poisoned(gpu, DType::F32, {T, N});
       gpu.linear(dev_bf16(x_wide).narrow(1, 0, K), wd, out_f32);
       EXPECT_LE(rel_l2(gpu.to_host(out_f32), want), kBf16Tolerance) << "T=" << T << " N=" << N << " K=" << K;
+    }
+  }
+}
+
+// The warp-specialized GEMM for many tokens, in both tile heights: token counts off the tiles, a
+// ragged last block of weight rows (kv_a), and few persistent CTAs, so that each walks several tiles
+// and its ring of stages wraps many times.
+TEST_F(Fp8Linear, WarpSpecializedGemmMatchesTheReference) {
+  struct Shape3 {
+    int64_t N, K;
+  };
+  for (Shape3 sh : {Shape3{576, 7168}, Shape3{1536, 1536}, Shape3{2048, 1024}, Shape3{256, 512}}) {
+    LinearWeight w = quantize_fp8_blocks(random_f32({sh.N, sh.K}, seed + sh.N, 0.05f), 128, 128);
+    LinearWeight wd = gpu.to_backend(w);
+    for (int64_t T : {1, 130, 300, 600}) {
+      Tensor x = bf16_exact({T, sh.K}, seed + T, 1.0f);
+      const int64_t G = sh.K / 128;
+      Tensor q = Tensor::empty(DType::F8_E4M3, {T, sh.K}), s = Tensor::empty(DType::F32, {T, G});
+      cpu->quantize_fp8_per_token_group(x, 128, q, s);
+      Tensor want = Tensor::empty(DType::F32, {T, sh.N});
+      cpu->linear_fp8_w8a8(q, s, w, want);
+      Fp8Activation xq = gpu.empty_fp8_activation(T, sh.K, 128);
+      gpu.quantize_fp8_per_token_group(dev_bf16(x), 128, xq.q, xq.scales);
+      for (int waves : {1, 2})
+        for (int ctas : {0, 5}) {
+          Tensor out = poisoned(gpu, DType::BF16, {T, sh.N});
+          cuda::Fp8GemmWgmmaArgs a;
+          a.x = xq.q.raw(), a.ldx = xq.q.stride(0);
+          a.x_scales = xq.scales.data<float>(), a.ld_x_scales = xq.scales.stride(1);
+          a.w = wd.weight.raw(), a.ldw = wd.weight.stride(0), a.w_rows = wd.weight.size(0);
+          a.w_scales = wd.scale_inv.data<float>(), a.ld_w_scales = wd.scale_inv.stride(0);
+          a.out = out.data<__nv_bfloat16>(), a.ldo = out.stride(0);
+          a.T = int(T), a.N = int(sh.N), a.K = int(sh.K), a.waves = waves, a.group_m = 3, a.ctas = ctas;
+          ASSERT_TRUE(cuda::fp8_gemm_wgmma_fits(a));
+          cuda::fp8_gemm_wgmma(a, gpu.stream());
+          const double err = rel_l2(gpu.to_host(out), want);
+          worst = std::max(worst, err);
+          EXPECT_LE(err, kBf16Tolerance) << "T=" << T << " N=" << sh.N << " K=" << sh.K << " waves " << waves
+                                         << " ctas " << ctas;
+        }
     }
   }
 }
@@ -380,6 +421,66 @@ TEST_F(Fp8Linear, TunedChoicesAreFollowedAndBadOnesFallBack) {
     Tensor direct_host = gpu.to_host(direct);
     EXPECT_EQ(std::memcmp(got.raw(), direct_host.raw(), got.nbytes()), 0) << "T=13 runs the quantized-first launch";
   }
+}
+
+// cuBLASLt's configurations past 16 tokens: a tuned one (a 64 x 128 tile where cuBLASLt offers it,
+// as tune-fp8-gemm picked for q_kv_a at 1024 tokens) runs from the table and matches the
+// reference; one cuBLASLt rejects (an algorithm id it does not have) falls back to the heuristic's.
+TEST_F(Fp8Linear, TunedCublasLtConfigurationsRunAndRejectedOnesFallBack) {
+  const int64_t T = 80, N = 640, K = 1024;
+  LinearWeight w = quantize_fp8_blocks(random_f32({N, K}, seed + 50, 0.05f), 128, 128);
+  LinearWeight wd = gpu.to_backend(w);
+  const std::vector<CublasLtConfig> configs = gpu.fp8_gemm_configs(T, wd, false);
+  ASSERT_FALSE(configs.empty());
+  CublasLtConfig chosen = configs.front();
+  for (const CublasLtConfig& c : configs)
+    if (c.tile == 17) chosen = c;  // CUBLASLT_MATMUL_TILE_64x128
+  Tensor x = bf16_exact({T, K}, seed + 51, 1.0f), want = Tensor::empty(DType::F32, {T, N});
+  apply_linear(*cpu, x, w, want);
+  const CublasLtConfig rejected{9999, 17, 0, 0, 0, 0};
+  for (const CublasLtConfig& c : {chosen, rejected}) {
+    Fp8GemmTuning tuning;
+    Fp8GemmChoice choice;  // cuBLASLt
+    choice.lt = c;
+    tuning.set(N, K, T, choice);
+    gpu.set_fp8_gemm_tuning(tuning);
+    Tensor out = poisoned(gpu, DType::BF16, {T, N});
+    apply_linear(gpu, dev_bf16(x), wd, out);
+    const double err = rel_l2(gpu.to_host(out), want);
+    worst = std::max(worst, err);
+    EXPECT_LE(err, kBf16Tolerance) << to_string(c);
+  }
+}
+
+// A tuned "wgmma" entry runs the warp-specialized kernel in the op, from rows and from codes, into
+// out of T rows (no padded scratch), a ragged last block of weight rows (kv_a) included.
+TEST_F(Fp8Linear, TunedWgmmaChoiceRunsTheWarpSpecializedKernel) {
+  const int64_t N = 576, K = 1024;
+  LinearWeight w = quantize_fp8_blocks(random_f32({N, K}, seed + 60, 0.05f), 128, 128);
+  LinearWeight wd = gpu.to_backend(w);
+  for (int64_t T : {40, 300})
+    for (int waves : {1, 2}) {
+      Fp8GemmTuning tuning;
+      Fp8GemmChoice choice;
+      choice.kernel = Fp8GemmChoice::Kernel::Wgmma, choice.waves = waves, choice.group_m = 2;
+      tuning.set(N, K, T, choice);
+      gpu.set_fp8_gemm_tuning(tuning);
+      Tensor x = bf16_exact({T, K}, seed + 61 + T, 1.0f), want = Tensor::empty(DType::F32, {T, N});
+      apply_linear(*cpu, x, w, want);
+      Tensor out = poisoned(gpu, DType::BF16, {T, N});
+      apply_linear(gpu, dev_bf16(x), wd, out);
+      double err = rel_l2(gpu.to_host(out), want);
+      worst = std::max(worst, err);
+      EXPECT_LE(err, kBf16Tolerance) << "from rows, T=" << T << " waves " << waves;
+      Fp8Activation xq = gpu.empty_fp8_activation(T, K, 128);
+      gpu.quantize_fp8_per_token_group(dev_bf16(x), 128, xq.q, xq.scales);
+      out = poisoned(gpu, DType::BF16, {T, N});
+      gpu.linear_fp8_w8a8(xq.q, xq.scales, wd, out);
+      err = rel_l2(gpu.to_host(out), want);
+      worst = std::max(worst, err);
+      EXPECT_LE(err, kBf16Tolerance) << "from codes, T=" << T << " waves " << waves;
+    }
+  gpu.set_fp8_gemm_tuning(Fp8GemmTuning{});
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "common/error.h"
@@ -54,17 +55,27 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   t.set(24576, 1536, 8, from_codes, skinny(2, 1, 1));
   t.set(24576, 1536, 16, kCublaslt, skinny(2, 1, 1, 3));
   t.set(24576, 1536, 12, kCublaslt, from_codes);  // from rows: quantized by a launch of their own first
+  Fp8GemmChoice configured = kCublaslt;
+  configured.lt = {66, 17, 36, 2, 0, 4};
+  t.set(2112, 7168, 1024, configured);
+  Fp8GemmChoice warp_specialized;
+  warp_specialized.kernel = Fp8GemmChoice::Kernel::Wgmma, warp_specialized.waves = 2, warp_specialized.group_m = 8;
+  t.set(2112, 7168, 4096, warp_specialized, kCublaslt);
   const std::string path = dir.file(Fp8GemmTuning::file_name(t.device()));
   EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H200"), "fp8_gemm_NVIDIA_H200.json");
   EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H100 80GB HBM3"), "fp8_gemm_NVIDIA_H100_80GB_HBM3.json");
   t.save(path);
   Fp8GemmTuning back = Fp8GemmTuning::load(path);
   EXPECT_EQ(back.device(), "NVIDIA H200");
-  EXPECT_EQ(back.shapes(), 1u);
+  EXPECT_EQ(back.shapes(), 2u);
   EXPECT_EQ(back.find(24576, 1536, 1), skinny(1, 1, 1, 4));
   EXPECT_EQ(back.find(24576, 1536, 4), skinny(2, 1, 2));
   EXPECT_EQ(back.find(24576, 1536, 8), from_codes);
   EXPECT_EQ(back.find(24576, 1536, 16), kCublaslt);
+  EXPECT_EQ(back.find(2112, 7168, 1024), configured);
+  EXPECT_EQ(back.find(2112, 7168, 4096), warp_specialized);
+  EXPECT_EQ(back.find_from_rows(2112, 7168, 4096), kCublaslt);
+  EXPECT_EQ(back.find(24576, 1536, 16).value().lt, CublasLtConfig{}) << "no \"lt\": the heuristic's pick";
   // An input that comes as BF16 rows gets the entry's launch from rows where it has one.
   EXPECT_EQ(back.find_from_rows(24576, 1536, 4), skinny(2, 1, 2));
   EXPECT_EQ(back.find_from_rows(24576, 1536, 8), skinny(2, 1, 1));
@@ -77,16 +88,37 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   merged.set(24576, 1536, 16, skinny(4, 1));
   merged.set(7168, 2048, 1, skinny(4, 1));
   merged.merge(back);
-  EXPECT_EQ(merged.shapes(), 2u);
+  EXPECT_EQ(merged.shapes(), 3u);
   EXPECT_EQ(merged.find_from_rows(24576, 1536, 16), skinny(2, 1, 1, 3)) << "the merged entry, with its rows";
   EXPECT_EQ(to_string(from_codes), "skinny row_tiles=1 splits=1 k_warps=1 depth=3 x=codes");
   EXPECT_EQ(to_string(kCublaslt), "cublaslt");
+  EXPECT_EQ(to_string(configured), "cublaslt algo=66 tile=17 stages=36 cluster=2 swizzle=0 custom=4");
+  EXPECT_EQ(to_string(warp_specialized), "wgmma waves=2 group_m=8");
   // Files written before the launches had k_warps: all 8 warps on K; before depth: x in registers.
   const auto old = Fp8GemmTuning::from_json(
       nlohmann::json::parse(R"({"kernel": "fp8_w8a8_block128", "shapes": {"N=128,K=1024": {"1": )"
                             R"({"kernel": "skinny", "row_tiles": 2, "splits": 1}}}})"),
       "old.json");
   EXPECT_EQ(old.find(128, 1024, 1), skinny(2, 1, 8));
+}
+
+// The tables committed for the GPUs we tuned on load as the runtime reads them, each naming its device.
+TEST(Fp8GemmTuning, CommittedTablesLoad) {
+  int files = 0;
+  for (const auto& f : std::filesystem::directory_iterator(std::string(MLASERVE_SOURCE_DIR) + "/configs/tuning")) {
+    const std::string name = f.path().filename().string(), path = f.path().string();
+    SCOPED_TRACE(name);
+    if (name.rfind("fp8_gemm_", 0) == 0) {
+      const Fp8GemmTuning t = Fp8GemmTuning::load(path);
+      EXPECT_EQ(Fp8GemmTuning::file_name(t.device()), name);
+      EXPECT_GT(t.shapes(), 0u);
+    } else {
+      ASSERT_EQ(name.rfind("moe_fp8_", 0), 0u) << "a file of neither table";
+      EXPECT_EQ(MoeTuning::file_name(MoeTuning::load(path).device()), name);
+    }
+    ++files;
+  }
+  EXPECT_GE(files, 4);
 }
 
 TEST(Fp8GemmTuning, BadFilesGetErrorsNamingTheFault) {
@@ -120,6 +152,15 @@ TEST(Fp8GemmTuning, BadFilesGetErrorsNamingTheFault) {
   EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "cublaslt", "rows": {"kernel": "skinny", )"
                           R"("row_tiles": 2, "splits": 1, "x": "codes"}}}}})").c_str())
                 .find("tokens 1 rows: \"x\" must be \"quantized\" or \"rows\""),
+            std::string::npos);
+  EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "cublaslt", "lt": {"algo": 66, "tile": 17}}}}})").c_str())
+                .find("\"lt\" needs a non-negative integer \"stages\""),
+            std::string::npos);
+  EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "wgmma", "waves": 3, "group_m": 8}}}})").c_str())
+                .find("waves 3"),
+            std::string::npos);
+  EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "wgmma", "waves": 2}}}})").c_str())
+                .find("needs integer \"waves\" and \"group_m\""),
             std::string::npos);
   testing::TempDir dir("tuning_bad");
   std::ofstream(dir.file("broken.json")) << "{ not json";

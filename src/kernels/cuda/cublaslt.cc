@@ -1,6 +1,48 @@
 #include "kernels/cuda/cublaslt.h"
 
+#include <algorithm>
+
 namespace mlaserve::cuda {
+
+namespace {
+
+bool init_algo(cublasLtHandle_t handle, const CublasLtPlan& plan, int id, cublasLtMatmulAlgo_t& algo) {
+  return cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, plan.ab_type, plan.ab_type, plan.cd_type,
+                                plan.cd_type, id, &algo) == CUBLAS_STATUS_SUCCESS;
+}
+
+// The configuration's attributes on an algorithm `init_algo` made (cuBLASLt's types for each).
+void set_config(cublasLtMatmulAlgo_t& algo, const CublasLtConfig& c) {
+  const uint32_t tile = uint32_t(c.tile), stages = uint32_t(c.stages), swizzle = uint32_t(c.swizzle);
+  const uint32_t custom = uint32_t(c.custom);
+  const uint16_t cluster = uint16_t(c.cluster);
+  cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile));
+  cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages));
+  cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster));
+  cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof(swizzle));
+  cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom));
+}
+
+// An algorithm capability that is an array of uint32_t (tiles, stages); {0} (undefined) where it has none.
+std::vector<uint32_t> cap_ids(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attr) {
+  size_t bytes = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, nullptr, 0, &bytes) != CUBLAS_STATUS_SUCCESS || bytes == 0)
+    return {0};
+  std::vector<uint32_t> ids(bytes / sizeof(uint32_t));
+  size_t written = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoCapGetAttribute(&algo, attr, ids.data(), bytes, &written));
+  return ids;
+}
+
+template <class T>
+T cap_value(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attr) {
+  T v{};
+  size_t written = 0;
+  cublasLtMatmulAlgoCapGetAttribute(&algo, attr, &v, sizeof(v), &written);
+  return v;
+}
+
+}  // namespace
 
 CublasLtPlan::~CublasLtPlan() {
   if (a) cublasLtMatrixLayoutDestroy(a);
@@ -42,6 +84,49 @@ bool CublasLt::choose_algorithm(CublasLtPlan& plan, uint32_t alignment) {
   cublasLtMatmulPreferenceDestroy(pref);
   if (found > 0) plan.algo = result.algo;
   return found > 0;
+}
+
+bool CublasLt::accepts(const CublasLtPlan& plan, const cublasLtMatmulAlgo_t& algo) const {
+  cublasLtMatmulHeuristicResult_t result{};
+  return cublasLtMatmulAlgoCheck(handle_, plan.op, plan.a, plan.b, plan.c, plan.c, &algo, &result) ==
+             CUBLAS_STATUS_SUCCESS &&
+         result.workspaceSize <= workspace_bytes_;
+}
+
+bool CublasLt::use_config(CublasLtPlan& plan, const CublasLtConfig& config) {
+  cublasLtMatmulAlgo_t algo;
+  if (config.heuristic() || !init_algo(handle_, plan, config.algo, algo)) return false;
+  set_config(algo, config);
+  if (!accepts(plan, algo)) return false;
+  plan.algo = algo;
+  return true;
+}
+
+std::vector<CublasLtConfig> CublasLt::configs(const CublasLtPlan& plan) {
+  int ids[128], n_ids = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetIds(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, plan.ab_type, plan.ab_type,
+                                        plan.cd_type, plan.cd_type, 128, ids, &n_ids));
+  const int clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+                          CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1, CUBLASLT_CLUSTER_SHAPE_4x1x1,
+                          CUBLASLT_CLUSTER_SHAPE_1x4x1};
+  std::vector<CublasLtConfig> out;
+  for (int i = 0; i < n_ids; ++i) {
+    cublasLtMatmulAlgo_t base;
+    if (!init_algo(handle_, plan, ids[i], base)) continue;
+    const int swizzles = cap_value<uint32_t>(base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) ? 2 : 1;
+    const int customs = std::clamp(cap_value<int32_t>(base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX), 0, 7) + 1;
+    for (uint32_t tile : cap_ids(base, CUBLASLT_ALGO_CAP_TILE_IDS))
+      for (uint32_t stages : cap_ids(base, CUBLASLT_ALGO_CAP_STAGES_IDS))
+        for (int cluster : clusters)
+          for (int swizzle = 0; swizzle < swizzles; ++swizzle)
+            for (int custom = 0; custom < customs; ++custom) {
+              const CublasLtConfig c{ids[i], int(tile), int(stages), cluster, swizzle, custom};
+              cublasLtMatmulAlgo_t algo = base;
+              set_config(algo, c);
+              if (accepts(plan, algo)) out.push_back(c);
+            }
+  }
+  return out;
 }
 
 void CublasLt::matmul(const CublasLtPlan& p, const void* a, const void* b, void* c, cudaStream_t stream) {

@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/gemm_tuning.h"
 
 namespace mlaserve::cuda {
 
@@ -14,6 +16,8 @@ struct CublasLtPlan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // d = c
   cublasLtMatmulAlgo_t algo{};
+  // What the layouts hold: A and B's element type, C and D's (D = C). Compute and scale are fp32.
+  cudaDataType_t ab_type = CUDA_R_16BF, cd_type = CUDA_R_16BF;
 
   CublasLtPlan() = default;
   CublasLtPlan(const CublasLtPlan&) = delete;
@@ -33,10 +37,20 @@ class CublasLt {
   // Sets plan.algo to the heuristic's first choice; `alignment` > 0 promises that many bytes of
   // alignment for every operand. False when cuBLASLt has no algorithm for the plan.
   bool choose_algorithm(CublasLtPlan& plan, uint32_t alignment = 0);
+  // Sets plan.algo to `config` (CublasLtConfig: cuBLASLt's numbering) where cuBLASLt accepts it for
+  // the plan (cublasLtMatmulAlgoCheck, within the workspace); false, plan unchanged, where not.
+  bool use_config(CublasLtPlan& plan, const CublasLtConfig& config);
+  // Every configuration cuBLASLt accepts for the plan: each algorithm id it lists for the plan's
+  // types, times each tile, stage count, cluster shape (up to 4 CTAs), CTA swizzle and custom option
+  // that id supports. Accepted is not correct: some compute wrong products (tune-fp8-gemm checks).
+  std::vector<CublasLtConfig> configs(const CublasLtPlan& plan);
   // c = a · b (with the plan's transposes), alpha 1, beta 0.
   void matmul(const CublasLtPlan& plan, const void* a, const void* b, void* c, cudaStream_t stream);
 
  private:
+  // Whether cuBLASLt runs `algo` for the plan (cublasLtMatmulAlgoCheck) within the workspace.
+  bool accepts(const CublasLtPlan& plan, const cublasLtMatmulAlgo_t& algo) const;
+
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_;

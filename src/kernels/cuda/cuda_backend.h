@@ -89,13 +89,22 @@ class CudaBackend final : public Backend {
                    Fp8Activation& fp8) override;
   void silu_and_mul_fp8(const Tensor& gate, const Tensor& up, Tensor& out, Fp8Activation& fp8) override;
   // linear_w8a8 through one kernel (tests and the tuner; the op picks by the tuned table): the
-  // skinny kernel with a given launch (T <= 16), or quantization and cuBLASLt's block-scaled GEMM.
+  // skinny kernel with a given launch (T <= 16), or quantization and cuBLASLt's block-scaled GEMM in
+  // configuration `lt` (nothing: the tuned table's, else the heuristic's; fp8_gemm_configs lists them).
   void linear_w8a8_skinny(const Tensor& x, const LinearWeight& w, Tensor& out, const SkinnyFp8Config& c);
-  void linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out);
+  void linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out,
+                            const std::optional<CublasLtConfig>& lt = std::nullopt);
   // linear_fp8_w8a8 through one kernel: the skinny kernel with a given launch, or cuBLASLt.
   void linear_fp8_w8a8_skinny(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
                               const SkinnyFp8Config& c);
-  void linear_fp8_w8a8_cublaslt(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out);
+  void linear_fp8_w8a8_cublaslt(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
+                                const std::optional<CublasLtConfig>& lt = std::nullopt);
+  // ... or the warp-specialized kernel (fp8_gemm_wgmma.h), BF16 out; scales as empty_fp8_activation
+  // lays them out.
+  void linear_fp8_w8a8_wgmma(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out, int waves,
+                             int group_m);
+  // The configurations cuBLASLt accepts for the block-scaled GEMM of T tokens by w (CublasLt::configs).
+  std::vector<CublasLtConfig> fp8_gemm_configs(int64_t T, const LinearWeight& w, bool out_f32);
   std::string device_name() const override;
   void set_moe_tuning(MoeTuning tuning) override;                                     // cuda_backend_moe.cc
   MoeTuning tune_moe(const std::vector<MoeTuneCase>& cases,
@@ -168,9 +177,15 @@ class CudaBackend final : public Backend {
   // check_fp8_linear plus the codes and scales of linear_fp8_w8a8; their token count.
   int64_t check_fp8_codes_linear(const Tensor& q, const Tensor& scales, const LinearWeight& w,
                                  const Tensor& out) const;
-  // linear_fp8_w8a8 on cuBLASLt, its operands checked already (check_fp8_codes_linear) and T > 0.
-  void fp8_codes_gemm(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out);
-  void fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w, Tensor& out);
+  // linear_fp8_w8a8 past the skinny kernel (cuBLASLt, or the warp-specialized kernel where tuned so),
+  // its operands checked already (check_fp8_codes_linear) and T > 0.
+  void fp8_codes_gemm(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
+                      const std::optional<CublasLtConfig>& lt);
+  void fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w, Tensor& out,
+                      const std::optional<CublasLtConfig>& lt);
+  // fp8_block_gemm's operands on the warp-specialized kernel, into BF16 out; false where it does not fit.
+  bool fp8_wgmma_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w, Tensor& out,
+                      int waves, int group_m);
   // The skinny launch of a W8A8 linear (the tuned one, else the default) and whether it was tuned
   // from codes (Fp8GemmChoice::codes_in), or nothing where cuBLASLt runs it. from_rows: x comes as
   // BF16 rows whatever the table prefers (the entry's launch from rows).

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/fp8_gemm_wgmma.h"
 #include "kernels/cuda/fp8_quant.h"
 #include "kernels/cuda/gemm_runner.h"
 #include "kernels/cuda/tensor_checks.h"
@@ -174,33 +175,54 @@ void CudaBackend::linear_fp8_w8a8(const Tensor& q, const Tensor& scales, const L
   if (std::optional<SkinnyFp8Pick> c = skinny_fp8_choice(few, false))
     launch_skinny_gemm_fp8(few, c->config, stream_);
   else
-    fp8_codes_gemm(q, scales, w, out);
+    fp8_codes_gemm(q, scales, w, out, std::nullopt);
 }
 
-void CudaBackend::linear_fp8_w8a8_cublaslt(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) {
-  if (check_fp8_codes_linear(q, scales, w, out) > 0) fp8_codes_gemm(q, scales, w, out);
+void CudaBackend::linear_fp8_w8a8_cublaslt(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
+                                           const std::optional<CublasLtConfig>& lt) {
+  if (check_fp8_codes_linear(q, scales, w, out) > 0) fp8_codes_gemm(q, scales, w, out, lt);
 }
 
-void CudaBackend::fp8_codes_gemm(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out) {
+void CudaBackend::linear_fp8_w8a8_wgmma(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
+                                        int waves, int group_m) {
+  const int64_t T = check_fp8_codes_linear(q, scales, w, out), G = (w.in_features() + 127) / 128;
+  if (T == 0) return;
+  MLA_CHECK(in_gemm_layout(scales) && out.dtype() == DType::BF16,
+            "linear_fp8_w8a8_wgmma: scales as empty_fp8_activation lays them out and a BF16 out");
+  const int64_t Tp = padded_tokens(T);
+  MLA_CHECK(fp8_wgmma_gemm(q.raw(), q.stride(0), scales.as_strided({G, Tp}, {Tp, 1}), w, out, waves, group_m),
+            "linear_fp8_w8a8_wgmma: T={} N={} K={} waves={} does not fit the kernel", T, w.out_features(),
+            w.in_features(), waves);
+}
+
+std::vector<CublasLtConfig> CudaBackend::fp8_gemm_configs(int64_t T, const LinearWeight& w, bool out_f32) {
+  const int64_t Tp = padded_tokens(T), N = w.out_features(), K = w.in_features();
+  Tensor scales_t = empty(DType::F32, {(K + 127) / 128, Tp});
+  return gemm_->fp8_configs(scales_t.data<float>(), K, w.scale_inv.data<float>(), w.weight.stride(0), N, out_f32, Tp,
+                            N, K);
+}
+
+void CudaBackend::fp8_codes_gemm(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
+                                 const std::optional<CublasLtConfig>& lt) {
   const int64_t T = q.size(0), K = w.in_features(), G = (K + 127) / 128;
   const int64_t Tp = padded_tokens(T);
   MLA_CHECK(q.stride(0) % 16 == 0, "linear_fp8_w8a8: the codes' rows must be 16-byte aligned");
   if (in_gemm_layout(scales)) {
-    fp8_block_gemm(q.raw(), q.stride(0), scales.as_strided({G, Tp}, {Tp, 1}), w, out);
+    fp8_block_gemm(q.raw(), q.stride(0), scales.as_strided({G, Tp}, {Tp, 1}), w, out, lt);
     return;
   }
   MLA_CHECK(scales.is_contiguous(), "linear_fp8_w8a8: scales must be contiguous or as empty_fp8_activation lays them");
   Tensor scales_t = empty(DType::F32, {G, Tp});
   launch_transpose_scales(scales.data<float>(), scales.stride(0), T, G, scales_t.data<float>(), Tp, stream_);
   if (Tp == T) {
-    fp8_block_gemm(q.raw(), q.stride(0), scales_t, w, out);
+    fp8_block_gemm(q.raw(), q.stride(0), scales_t, w, out, lt);
     return;
   }
   // Rows T..Tp-1 stay unset: a GEMM's output row reads only its own input row and scale, and those
   // rows of the result are dropped.
   Tensor q_pad = empty(DType::F8_E4M3, {Tp, K});
   CUDA_CHECK(cudaMemcpy2DAsync(q_pad.raw(), K, q.raw(), q.stride(0), K, T, cudaMemcpyDeviceToDevice, stream_));
-  fp8_block_gemm(q_pad.raw(), K, scales_t, w, out);
+  fp8_block_gemm(q_pad.raw(), K, scales_t, w, out, lt);
 }
 
 void CudaBackend::linear_w8a8(const Tensor& x, const LinearWeight& w, Tensor& out) {
@@ -258,7 +280,7 @@ std::optional<CudaBackend::SkinnyFp8Pick> CudaBackend::skinny_fp8_choice(const S
   if (p.T > kSkinnyFp8MaxRows || !skinny_gemm_fp8_fits(p)) return std::nullopt;
   if (std::optional<Fp8GemmChoice> tuned =
           from_rows ? fp8_tuning_.find_from_rows(p.N, p.K, p.T) : fp8_tuning_.find(p.N, p.K, p.T)) {
-    if (tuned->kernel == Fp8GemmChoice::Kernel::Cublaslt) return std::nullopt;
+    if (tuned->kernel != Fp8GemmChoice::Kernel::Skinny) return std::nullopt;
     SkinnyFp8Config c{tuned->row_tiles, tuned->splits, tuned->k_warps, tuned->depth};
     if (skinny_gemm_fp8_valid(c, p.K) && (c.depth == 0 || skinny_gemm_fp8_staged_fits(p.T, p.K, c)))
       return SkinnyFp8Pick{c, tuned->codes_in};
@@ -274,7 +296,8 @@ void CudaBackend::linear_w8a8_skinny(const Tensor& x, const LinearWeight& w, Ten
   launch_skinny_gemm_fp8(skinny_problem(x, w, &out, w.out_features()), c, stream_);
 }
 
-void CudaBackend::linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out) {
+void CudaBackend::linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, Tensor& out,
+                                       const std::optional<CublasLtConfig>& lt) {
   int64_t T = x.defined() ? x.size(0) : 0, K = w.in_features(), G = (K + 127) / 128;
   check_fp8_linear(T, w, out);
   check_matrix(x, DType::BF16, T, K, "linear_w8a8 x");
@@ -284,7 +307,7 @@ void CudaBackend::linear_w8a8_cublaslt(const Tensor& x, const LinearWeight& w, T
   Tensor q = empty(DType::F8_E4M3, {Tp, K}), scales_t = empty(DType::F32, {G, Tp});
   launch_quantize_fp8_per_token_group(x.raw(), x.stride(0), T, K, 128, q.raw(), K, scales_t.data<float>(), 1, Tp,
                                       stream_);
-  fp8_block_gemm(q.raw(), K, scales_t, w, out);
+  fp8_block_gemm(q.raw(), K, scales_t, w, out, lt);
 }
 
 int64_t CudaBackend::check_fp8_codes_linear(const Tensor& q, const Tensor& scales, const LinearWeight& w,
@@ -319,20 +342,47 @@ void CudaBackend::check_fp8_linear(int64_t T, const LinearWeight& w, const Tenso
 // a copy made V2-Lite's 8192-token prefill 3% slower): the weight's rows of zeros keep any read of
 // that block as a whole inside the allocation.
 void CudaBackend::fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w,
-                                 Tensor& out) {
+                                 Tensor& out, const std::optional<CublasLtConfig>& lt) {
   const int64_t T = out.size(0), Tp = scales_t.size(1), N = w.out_features(), K = w.in_features();
   MLA_CHECK(rows_whole(w),
             "FP8 linear: a {}-row weight needs {} rows of zeros after it for the block-scaled GEMM (to_backend "
             "makes them), it has {}",
             N, whole_rows(N) - N, w.pad_rows);
   const bool out_f32 = out.dtype() == DType::F32, padded = Tp != T;
+  // The tuned table's choice where its entry nearest T is the warp-specialized kernel or cuBLASLt's
+  // (CublasLtConfig).
+  CublasLtConfig config;
+  if (lt) {
+    config = *lt;
+  } else if (std::optional<Fp8GemmChoice> tuned = fp8_tuning_.find(N, K, T)) {
+    if (tuned->kernel == Fp8GemmChoice::Kernel::Wgmma && !out_f32 &&
+        fp8_wgmma_gemm(q, ldq, scales_t, w, out, tuned->waves, tuned->group_m))
+      return;
+    if (tuned->kernel == Fp8GemmChoice::Kernel::Cublaslt) config = tuned->lt;
+  }
   Tensor dst = padded ? empty(out.dtype(), {Tp, N}) : out;
   gemm_->fp8_block_nt(q, ldq, scales_t.data<float>(), w.weight.raw(), w.weight.stride(0), w.scale_inv.data<float>(),
-                      dst.raw(), dst.stride(0), out_f32, Tp, N, K, stream_);
+                      dst.raw(), dst.stride(0), out_f32, Tp, N, K, stream_, config);
   if (!padded) return;
   const size_t elem = dtype_size(out.dtype());
   CUDA_CHECK(cudaMemcpy2DAsync(out.raw(), out.stride(0) * elem, dst.raw(), N * elem, N * elem, T,
                                cudaMemcpyDeviceToDevice, stream_));
+}
+
+// The kernel reads T rows of codes and stores T rows of out (no padded scratch, unlike cuBLASLt).
+bool CudaBackend::fp8_wgmma_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w,
+                                 Tensor& out, int waves, int group_m) {
+  Fp8GemmWgmmaArgs a;
+  a.x = q, a.ldx = ldq;
+  a.x_scales = scales_t.data<float>(), a.ld_x_scales = scales_t.stride(0);
+  a.w = w.weight.raw(), a.ldw = w.weight.stride(0), a.w_rows = w.out_features();
+  a.w_scales = w.scale_inv.data<float>(), a.ld_w_scales = w.scale_inv.stride(0);
+  a.out = static_cast<__nv_bfloat16*>(out.raw()), a.ldo = out.stride(0);
+  a.T = int(out.size(0)), a.N = int(w.out_features()), a.K = int(w.in_features());
+  a.waves = waves, a.group_m = group_m, a.ctas = num_sms_;
+  if (out.dtype() != DType::BF16 || !fp8_gemm_wgmma_fits(a)) return false;
+  fp8_gemm_wgmma(a, stream_);
+  return true;
 }
 
 }  // namespace mlaserve::cuda

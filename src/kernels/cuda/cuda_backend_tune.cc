@@ -5,6 +5,7 @@
 // planned launches' output.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -31,6 +32,10 @@ double rel_l2(const Tensor& a, const Tensor& b) {
 // Both kernels compute the same W8A8 math in fp32, in other orders: far below this.
 constexpr double kAgreement = 1e-3;
 
+// Two BF16 roundings of the same fp32 sums, added in other orders, differ by an ulp here and there;
+// some configurations cuBLASLt accepts compute wrong products (256 x 64 tiles, CUDA 13.0, H100).
+constexpr double kLtAgreement = 1e-2;
+
 // Launches of a MoE layer differ in the order of the fp32 sums, which moves an e4m3 rounding of the
 // SiLU output now and then (the GPU test measured 2.4e-3 against the CPU at worst): a broken
 // launch lies far above this.
@@ -53,6 +58,96 @@ Tensor even_routing(const MoeTuneCase& c, uint64_t seed) {
     for (int64_t j = c.top_k; j < k; ++j) row[j] = int32_t(c.routed + j - c.top_k);
   }
   return ids;
+}
+
+// cuBLASLt's configurations of one product (CudaBackend::fp8_gemm_configs) against `best` and
+// `best_rows` (its heuristic's pick from codes and from rows, timed into `out`): each timed briefly
+// behind the producer writing codes; the fastest few checked against the heuristic's product, then
+// timed in full from codes and from rows (the same configuration after a quantization launch).
+void tune_cublaslt_configs(CudaBackend& gpu, const std::vector<LinearWeight>& ws, const Fp8Activation& xq,
+                           const Fp8Activation& codes, const Tensor& rows, Tensor& out,
+                           const std::function<void(bool)>& produce, Fp8GemmChoice& best, Fp8GemmChoice& best_rows,
+                           const std::function<void(const std::string&)>& progress) {
+  constexpr int kChecked = 4;
+  const int64_t T = out.size(0), N = out.size(1), K = ws[0].in_features();
+  const size_t copies = ws.size();
+  gpu.linear_fp8_w8a8_cublaslt(xq.q, xq.scales, ws[0], out, CublasLtConfig{});
+  const Tensor want = gpu.to_host(out).to_f32();
+  auto from_codes_ms = [&](const CublasLtConfig& c, int reps, int warmup) {
+    return median_ms(gpu.stream(), [&](int i) {
+      produce(true);
+      gpu.linear_fp8_w8a8_cublaslt(codes.q, codes.scales, ws[size_t(i) % copies], out, c);
+    }, reps, warmup);
+  };
+  std::vector<std::pair<double, CublasLtConfig>> quick;
+  for (const CublasLtConfig& c : gpu.fp8_gemm_configs(T, ws[0], out.dtype() == DType::F32)) {
+    try {  // an accepted configuration that cuBLASLt then refuses to run is left out, not fatal
+      quick.emplace_back(from_codes_ms(c, 10, 2), c);
+    } catch (const Error& e) {
+      progress(fmt::format("N={} K={} T={}: {} does not run: {}", N, K, T, to_string(c), e.what()));
+    }
+  }
+  std::sort(quick.begin(), quick.end());
+  progress(fmt::format("N={} K={} T={}: {} cuBLASLt configurations", N, K, T, quick.size()));
+  for (size_t k = 0; k < std::min<size_t>(quick.size(), kChecked); ++k) {
+    const CublasLtConfig& c = quick[k].second;
+    gpu.linear_fp8_w8a8_cublaslt(xq.q, xq.scales, ws[0], out, c);
+    const double err = rel_l2(gpu.to_host(out).to_f32(), want);
+    if (!(err <= kLtAgreement)) {
+      progress(fmt::format("N={} K={} T={}: {} differs from the heuristic's by {:.2e}: skipped", N, K, T,
+                           to_string(c), err));
+      continue;
+    }
+    Fp8GemmChoice here;  // cuBLASLt
+    here.lt = c;
+    here.ms = from_codes_ms(c, 50, 5);  // median_ms's defaults
+    const double rows_ms = median_ms(gpu.stream(), [&](int i) {
+      produce(false);
+      gpu.linear_w8a8_cublaslt(rows, ws[size_t(i) % copies], out, c);
+    });
+    progress(fmt::format("N={} K={} T={}: {} {:.4f} ms, from rows {:.4f}", N, K, T, to_string(c), here.ms, rows_ms));
+    if (here.ms < best.ms) best = here;
+    if (rows_ms < best_rows.ms) best_rows = here, best_rows.ms = rows_ms;
+  }
+}
+
+// The warp-specialized kernel's launches (fp8_gemm_wgmma.h) against `best` and `best_rows`, as
+// tune_cublaslt_configs does cuBLASLt's configurations: each checked against cuBLASLt's product,
+// then timed from codes behind the producer, and from rows after a quantization launch.
+void tune_wgmma_launches(CudaBackend& gpu, const std::vector<LinearWeight>& ws, const Fp8Activation& xq,
+                         const Fp8Activation& codes, const Tensor& rows, Tensor& out,
+                         const std::function<void(bool)>& produce, Fp8GemmChoice& best, Fp8GemmChoice& best_rows,
+                         const std::function<void(const std::string&)>& progress) {
+  const int64_t T = out.size(0), N = out.size(1), K = ws[0].in_features();
+  const size_t copies = ws.size();
+  gpu.linear_fp8_w8a8_cublaslt(xq.q, xq.scales, ws[0], out, CublasLtConfig{});
+  const Tensor want = gpu.to_host(out).to_f32();
+  Fp8Activation requant = gpu.empty_fp8_activation(T, K, 128);
+  for (int waves : {1, 2})
+    for (int group_m : {4, 8, 16}) {
+      Fp8GemmChoice here;
+      here.kernel = Fp8GemmChoice::Kernel::Wgmma, here.waves = waves, here.group_m = group_m;
+      gpu.linear_fp8_w8a8_wgmma(xq.q, xq.scales, ws[0], out, waves, group_m);
+      const double err = rel_l2(gpu.to_host(out).to_f32(), want);
+      if (!(err <= kLtAgreement)) {
+        progress(fmt::format("N={} K={} T={}: {} differs from cuBLASLt by {:.2e}: skipped", N, K, T, to_string(here),
+                             err));
+        continue;
+      }
+      here.ms = median_ms(gpu.stream(), [&](int i) {
+        produce(true);
+        gpu.linear_fp8_w8a8_wgmma(codes.q, codes.scales, ws[size_t(i) % copies], out, waves, group_m);
+      });
+      const double rows_ms = median_ms(gpu.stream(), [&](int i) {
+        produce(false);
+        gpu.quantize_fp8_per_token_group(rows, 128, requant.q, requant.scales);
+        gpu.linear_fp8_w8a8_wgmma(requant.q, requant.scales, ws[size_t(i) % copies], out, waves, group_m);
+      });
+      progress(fmt::format("N={} K={} T={}: {} {:.4f} ms, from rows {:.4f}", N, K, T, to_string(here), here.ms,
+                           rows_ms));
+      if (here.ms < best.ms) best = here;
+      if (rows_ms < best_rows.ms) best_rows = here, best_rows.ms = rows_ms;
+    }
 }
 
 MoeGemmChoice to_choice(const MoeFp8Launch& l, double ms) {
@@ -85,7 +180,7 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
       MLA_CHECK(T > 0, "tune-fp8-gemm: token count {} must be positive", T);
       Tensor x = empty(DType::BF16, {T, K}), ref = empty(DType::F32, {T, N}), got = empty(DType::F32, {T, N});
       MLA_CHECK(fill_normal(x, seed++, 0.0f, 1.0f), "tune-fp8-gemm: cannot fill the activations");
-      linear_w8a8_cublaslt(x, ws[0], ref);
+      linear_w8a8_cublaslt(x, ws[0], ref, CublasLtConfig{});
       const Tensor want = to_host(ref);
       Fp8Activation xq = empty_fp8_activation(T, K, 128);
       quantize_fp8_per_token_group(x, 128, xq.q, xq.scales);
@@ -112,16 +207,26 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
       };
 
       // best: the fastest of all; best_rows: of the launches from rows, for inputs that come so.
+      // Past the skinny kernel's token counts the products go out as BF16, as in the model, and
+      // cuBLASLt's configurations and the warp-specialized kernel's launches compete with its
+      // heuristic's pick.
+      const bool lt_only = T > kSkinnyFp8MaxRows;
+      Tensor lt_out = lt_only ? empty(DType::BF16, {T, N}) : got;
+      const CublasLtConfig heuristic;
       Fp8GemmChoice best, best_rows;
       best.ms = median_ms(stream_, [&](int i) {
         produce(true);
-        linear_fp8_w8a8_cublaslt(codes.q, codes.scales, ws[size_t(i % copies)], got);
+        linear_fp8_w8a8_cublaslt(codes.q, codes.scales, ws[size_t(i % copies)], lt_out, heuristic);
       });
       best_rows.ms = median_ms(stream_, [&](int i) {
         produce(false);
-        linear_w8a8_cublaslt(rows, ws[size_t(i % copies)], got);
+        linear_w8a8_cublaslt(rows, ws[size_t(i % copies)], lt_out, heuristic);
       });
       progress(fmt::format("N={} K={} T={}: cublaslt {:.4f} ms, from rows {:.4f}", N, K, T, best.ms, best_rows.ms));
+      if (lt_only) {
+        tune_cublaslt_configs(*this, ws, xq, codes, rows, lt_out, produce, best, best_rows, progress);
+        tune_wgmma_launches(*this, ws, xq, codes, rows, lt_out, produce, best, best_rows, progress);
+      }
       const SkinnyFp8Problem p = skinny_problem(x, ws[0], nullptr, N);
       if (T <= kSkinnyFp8MaxRows && skinny_gemm_fp8_fits(p)) {
         for (bool codes_in : {false, true})
@@ -173,7 +278,7 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
                   }
                 }
       }
-      const bool takes_codes = best.kernel == Fp8GemmChoice::Kernel::Cublaslt || best.codes_in;
+      const bool takes_codes = best.kernel != Fp8GemmChoice::Kernel::Skinny || best.codes_in;
       out.set(N, K, T, best, takes_codes ? std::optional<Fp8GemmChoice>(best_rows) : std::nullopt);
     }
   }

@@ -21,4 +21,12 @@ CUtensorMap bf16_tensor_map_sw128(const void* base, int64_t rows, int64_t cols, 
 CUtensorMap bf16_tensor_map_sw128_blocks(const void* base, int64_t rows, int64_t cols, int64_t row_bytes, int box_rows,
                                          int box_blocks);
 
+// A row-major matrix of bytes (e4m3 codes) [rows, cols], read in boxes of box_rows x 128 with the
+// 128-byte swizzle: one K-block of 128 codes a row, as FP8 wgmma reads it K-major.
+CUtensorMap bytes_tensor_map_sw128(const void* base, int64_t rows, int64_t cols, int64_t row_bytes, int box_rows);
+
+// A row-major F32 matrix [rows, cols], read box_cols consecutive values of one row at a time (no
+// swizzle): per-token scales stored token-contiguous, a K-block's run of tokens a copy.
+CUtensorMap f32_tensor_map(const void* base, int64_t rows, int64_t cols, int64_t row_bytes, int box_cols);
+
 }  // namespace mlaserve::cuda

@@ -1,0 +1,97 @@
+// The warp-specialized block-scaled FP8 GEMM (kernels/cuda/fp8_gemm_wgmma.h) against cuBLASLt's on
+// DeepSeek-V3's dense shapes: each launch form's product checked against cuBLASLt's (relative L2
+// of the BF16 outputs), then timed from the same codes, both alternated twice, weights rotated
+// among copies larger than L2. Usage: fp8_gemm_probe [T ...] (default 1024 4096).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/event_timer.h"
+#include "kernels/cuda/fp8_gemm_wgmma.h"
+
+using namespace mlaserve;
+using namespace mlaserve::cuda;
+
+namespace {
+
+double rel_l2(const Tensor& got, const Tensor& want) {
+  const float *g = got.data<float>(), *w = want.data<float>();
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) num += double(g[i] - w[i]) * (g[i] - w[i]), den += double(w[i]) * w[i];
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+struct GemmShape {
+  const char* name;
+  int64_t N, K;
+};
+
+struct Form {
+  int waves, group_m;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> tokens;
+  for (int i = 1; i < argc; ++i) tokens.push_back(std::atoll(argv[i]));
+  if (tokens.empty()) tokens = {1024, 4096};
+  CudaBackend gpu(0);
+  const std::vector<GemmShape> shapes = {{"q_b", 24576, 1536},         {"o", 7168, 16384},
+                                     {"dense_gate_up", 36864, 7168}, {"dense_down", 7168, 18432},
+                                     {"q_kv_a", 2112, 7168},         {"kv_b", 32768, 512}};
+  const std::vector<Form> forms = {{2, 8}, {2, 16}, {2, 4}, {1, 8}, {1, 16}};
+  uint64_t seed = 1;
+  for (const GemmShape& sh : shapes) {
+    const int copies = int(std::clamp<int64_t>((int64_t(256) << 20) / (sh.N * sh.K) + 1, 1, 8));
+    std::vector<LinearWeight> ws(static_cast<size_t>(copies));
+    for (LinearWeight& w : ws) {
+      Tensor b = gpu.empty(DType::BF16, {sh.N, sh.K});
+      if (!gpu.fill_normal(b, seed++, 0.0f, 0.05f) || !gpu.quantize_fp8_blocks(b, 128, 128, w)) return 1;
+      w = gpu.to_backend(w);
+    }
+    for (int64_t T : tokens) {
+      Tensor x = gpu.empty(DType::BF16, {T, sh.K});
+      if (!gpu.fill_normal(x, seed++, 0.0f, 1.0f)) return 1;
+      Fp8Activation xq = gpu.empty_fp8_activation(T, sh.K, 128);
+      gpu.quantize_fp8_per_token_group(x, 128, xq.q, xq.scales);
+      Tensor ref = gpu.empty(DType::BF16, {T, sh.N}), got = gpu.empty(DType::BF16, {T, sh.N});
+      gpu.linear_fp8_w8a8_cublaslt(xq.q, xq.scales, ws[0], ref);
+      const Tensor want = gpu.to_host(ref).to_f32();
+      auto args = [&](const LinearWeight& w, const Form& f) {
+        Fp8GemmWgmmaArgs a;
+        a.x = xq.q.raw(), a.ldx = xq.q.stride(0);
+        a.x_scales = xq.scales.data<float>(), a.ld_x_scales = xq.scales.stride(1);
+        a.w = w.weight.raw(), a.ldw = w.weight.stride(0), a.w_rows = w.weight.size(0);
+        a.w_scales = w.scale_inv.data<float>(), a.ld_w_scales = w.scale_inv.stride(0);
+        a.out = got.data<__nv_bfloat16>(), a.ldo = got.stride(0);
+        a.T = int(T), a.N = int(sh.N), a.K = int(sh.K), a.waves = f.waves, a.group_m = f.group_m;
+        return a;
+      };
+      const double flops = 2.0 * double(T) * double(sh.N) * double(sh.K);
+      for (const Form& f : forms) {
+        gpu.fill_normal(got, seed++, 0.0f, 1.0f);  // nothing left from the previous form
+        fp8_gemm_wgmma(args(ws[0], f), gpu.stream());
+        const double err = rel_l2(gpu.to_host(got).to_f32(), want);
+        double ours[2], lt[2];
+        for (int r = 0; r < 2; ++r) {
+          lt[r] = median_ms(gpu.stream(), [&](int i) {
+            gpu.linear_fp8_w8a8_cublaslt(xq.q, xq.scales, ws[size_t(i % copies)], ref);
+          });
+          ours[r] = median_ms(gpu.stream(), [&](int i) { fp8_gemm_wgmma(args(ws[size_t(i % copies)], f), gpu.stream()); });
+        }
+        std::printf("%-14s T=%-5lld waves %d group_m %-2d  err %.2e  ours %.4f %.4f ms (%4.0f TFLOP/s)  "
+                    "cublaslt %.4f %.4f ms (%4.0f)  lt/ours %.3f\n",
+                    sh.name, (long long)T, f.waves, f.group_m, err, ours[0], ours[1],
+                    flops / (std::min(ours[0], ours[1]) * 1e-3) / 1e12, lt[0], lt[1],
+                    flops / (std::min(lt[0], lt[1]) * 1e-3) / 1e12, std::min(lt[0], lt[1]) / std::min(ours[0], ours[1]));
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
