@@ -82,13 +82,15 @@ int main(int argc, char** argv) {
           lt[r] = median_ms(gpu.stream(), [&](int i) {
             gpu.linear_fp8_w8a8_cublaslt(xq.q, xq.scales, ws[size_t(i % copies)], ref);
           });
-          ours[r] = median_ms(gpu.stream(), [&](int i) { fp8_gemm_wgmma(args(ws[size_t(i % copies)], f), gpu.stream()); });
+          ours[r] = median_ms(gpu.stream(),
+                              [&](int i) { fp8_gemm_wgmma(args(ws[size_t(i % copies)], f), gpu.stream()); });
         }
         std::printf("%-14s T=%-5lld waves %d group_m %-2d  err %.2e  ours %.4f %.4f ms (%4.0f TFLOP/s)  "
                     "cublaslt %.4f %.4f ms (%4.0f)  lt/ours %.3f\n",
                     sh.name, (long long)T, f.waves, f.group_m, err, ours[0], ours[1],
                     flops / (std::min(ours[0], ours[1]) * 1e-3) / 1e12, lt[0], lt[1],
-                    flops / (std::min(lt[0], lt[1]) * 1e-3) / 1e12, std::min(lt[0], lt[1]) / std::min(ours[0], ours[1]));
+                    flops / (std::min(lt[0], lt[1]) * 1e-3) / 1e12,
+                    std::min(lt[0], lt[1]) / std::min(ours[0], ours[1]));
         std::fflush(stdout);
       }
     }

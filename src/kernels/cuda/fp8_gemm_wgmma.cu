@@ -193,8 +193,9 @@ void launch(const Fp8GemmWgmmaArgs& a, cudaStream_t stream) {
 bool fp8_gemm_wgmma_fits(const Fp8GemmWgmmaArgs& a) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return a.T > 0 && a.N > 0 && a.K >= kBK && a.K % kBK == 0 && a.N % 16 == 0 && a.w_rows >= a.N &&
-         a.ldx % 16 == 0 && a.ldw % 16 == 0 && a.ld_x_scales >= a.T && a.ld_x_scales % 4 == 0 && a.ld_w_scales >= a.K / kBK && a.ldo % 2 == 0 &&
-         aligned(a.x) && aligned(a.w) && aligned(a.x_scales) && (a.waves == 1 || a.waves == 2);
+         a.ldx % 16 == 0 && a.ldw % 16 == 0 && a.ld_x_scales >= a.T && a.ld_x_scales % 4 == 0 &&
+         a.ld_w_scales >= a.K / kBK && a.ldo % 2 == 0 && aligned(a.x) && aligned(a.w) && aligned(a.x_scales) &&
+         (a.waves == 1 || a.waves == 2);
 }
 
 void fp8_gemm_wgmma(const Fp8GemmWgmmaArgs& a, cudaStream_t stream) {
