@@ -1,7 +1,7 @@
 // `mlaserve tune-fp8-gemm`: times every kernel and launch the backend has for the FP8 W8A8 linear
 // on a model's weight shapes (or given ones) at each token count, and writes the fastest into
-// <tuning dir>/fp8_gemm_<device>.json, merged with what that file already holds. serve, generate
-// and bench-one-batch load that file at start (kernels/gemm_tuning.h).
+// <tuning dir>/fp8_gemm_<device>.json after each shape, merged with what that file already holds.
+// serve, generate and bench-one-batch load that file at start (kernels/gemm_tuning.h).
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -80,20 +80,22 @@ void run(const TuneArgs& a) {
   const std::string path = Fp8GemmTuning::path(a.tuning_dir, device);
   spdlog::info("tuning {} FP8 linear shapes at {} token counts on {}", shapes.size(), a.tokens.size(), device);
 
-  const Fp8GemmTuning fresh = backend->tune_fp8_gemm({shapes.begin(), shapes.end()}, a.tokens,
-                                                     [](const std::string& line) { spdlog::debug("{}", line); });
+  // A shape at a time, the file written after each: a tune cut short keeps what it measured.
   Fp8GemmTuning merged = std::filesystem::exists(path) ? Fp8GemmTuning::load(path) : Fp8GemmTuning{};
   merged.set_device(device);
-  merged.merge(fresh);
   std::printf("%-8s %-8s %-6s %-64s %10s   %s\n", "N", "K", "tokens", "fastest", "ms", "from BF16 rows");
-  for (auto [N, K] : shapes)
+  for (auto [N, K] : shapes) {
+    const Fp8GemmTuning fresh = backend->tune_fp8_gemm({{N, K}}, a.tokens,
+                                                       [](const std::string& line) { spdlog::debug("{}", line); });
+    merged.merge(fresh);
+    merged.save(path);
     for (int64_t T : a.tokens) {
       const Fp8GemmChoice c = *fresh.find(N, K, T), r = *fresh.find_from_rows(N, K, T);
       std::printf("%-8lld %-8lld %-6lld %-64s %10.4f   %s %.4f\n", (long long)N, (long long)K, (long long)T,
                   to_string(c).c_str(), c.ms, to_string(r).c_str(), r.ms);
     }
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  merged.save(path);
+    std::fflush(stdout);
+  }
   spdlog::info("wrote {}", path);
 }
 

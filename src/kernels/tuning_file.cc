@@ -38,10 +38,18 @@ nlohmann::json read_tuning_json(const std::string& path) {
 void write_tuning_json(const std::string& path, const nlohmann::json& j) {
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
-  std::ofstream out(path);
-  MLA_CHECK(out.good(), "cannot write tuned configs {}", path);
-  out << j.dump(1) << "\n";
-  MLA_CHECK(out.good(), "writing {} failed", path);
+  // Written beside it and renamed over it: a tuner stopped mid-write (they write after each shape)
+  // leaves the previous file whole, never half of one that the next start refuses.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    MLA_CHECK(out.good(), "cannot write tuned configs {}", tmp);
+    out << j.dump(1) << "\n";
+    MLA_CHECK(out.good(), "writing {} failed", tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  MLA_CHECK(!ec, "cannot replace {} with {}: {}", path, tmp, ec.message());
 }
 
 int64_t parse_tuned_count(const std::string& s, const std::string& where) {

@@ -65,6 +65,8 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H200"), "fp8_gemm_NVIDIA_H200.json");
   EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H100 80GB HBM3"), "fp8_gemm_NVIDIA_H100_80GB_HBM3.json");
   t.save(path);
+  t.save(path);  // over a file that exists: replaced whole, no scratch file left beside it
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   Fp8GemmTuning back = Fp8GemmTuning::load(path);
   EXPECT_EQ(back.device(), "NVIDIA H200");
   EXPECT_EQ(back.shapes(), 2u);
