@@ -61,18 +61,17 @@ Tensor even_routing(const MoeTuneCase& c, uint64_t seed) {
 }
 
 // cuBLASLt's configurations of one product (CudaBackend::fp8_gemm_configs) against `best` and
-// `best_rows` (its heuristic's pick from codes and from rows, timed into `out`): each timed briefly
+// `best_rows` (its heuristic's pick from codes and from rows, timed into `out`; `want`: that pick's
+// BF16 product of xq, on the host, in F32): each timed briefly
 // behind the producer writing codes; the fastest few checked against the heuristic's product, then
 // timed in full from codes and from rows (the same configuration after a quantization launch).
 void tune_cublaslt_configs(CudaBackend& gpu, const std::vector<LinearWeight>& ws, const Fp8Activation& xq,
-                           const Fp8Activation& codes, const Tensor& rows, Tensor& out,
+                           const Tensor& want, const Fp8Activation& codes, const Tensor& rows, Tensor& out,
                            const std::function<void(bool)>& produce, Fp8GemmChoice& best, Fp8GemmChoice& best_rows,
                            const std::function<void(const std::string&)>& progress) {
   constexpr int kChecked = 4;
   const int64_t T = out.size(0), N = out.size(1), K = ws[0].in_features();
   const size_t copies = ws.size();
-  gpu.linear_fp8_w8a8_cublaslt(xq.q, xq.scales, ws[0], out, CublasLtConfig{});
-  const Tensor want = gpu.to_host(out).to_f32();
   auto from_codes_ms = [&](const CublasLtConfig& c, int reps, int warmup) {
     return median_ms(gpu.stream(), [&](int i) {
       produce(true);
@@ -115,13 +114,11 @@ void tune_cublaslt_configs(CudaBackend& gpu, const std::vector<LinearWeight>& ws
 // tune_cublaslt_configs does cuBLASLt's configurations: each checked against cuBLASLt's product,
 // then timed from codes behind the producer, and from rows after a quantization launch.
 void tune_wgmma_launches(CudaBackend& gpu, const std::vector<LinearWeight>& ws, const Fp8Activation& xq,
-                         const Fp8Activation& codes, const Tensor& rows, Tensor& out,
+                         const Tensor& want, const Fp8Activation& codes, const Tensor& rows, Tensor& out,
                          const std::function<void(bool)>& produce, Fp8GemmChoice& best, Fp8GemmChoice& best_rows,
                          const std::function<void(const std::string&)>& progress) {
   const int64_t T = out.size(0), N = out.size(1), K = ws[0].in_features();
   const size_t copies = ws.size();
-  gpu.linear_fp8_w8a8_cublaslt(xq.q, xq.scales, ws[0], out, CublasLtConfig{});
-  const Tensor want = gpu.to_host(out).to_f32();
   Fp8Activation requant = gpu.empty_fp8_activation(T, K, 128);
   for (int waves : {1, 2})
     for (int group_m : {4, 8, 16}) {
@@ -224,8 +221,10 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
       });
       progress(fmt::format("N={} K={} T={}: cublaslt {:.4f} ms, from rows {:.4f}", N, K, T, best.ms, best_rows.ms));
       if (lt_only) {
-        tune_cublaslt_configs(*this, ws, xq, codes, rows, lt_out, produce, best, best_rows, progress);
-        tune_wgmma_launches(*this, ws, xq, codes, rows, lt_out, produce, best, best_rows, progress);
+        linear_fp8_w8a8_cublaslt(xq.q, xq.scales, ws[0], lt_out, heuristic);
+        const Tensor lt_want = to_host(lt_out).to_f32();
+        tune_cublaslt_configs(*this, ws, xq, lt_want, codes, rows, lt_out, produce, best, best_rows, progress);
+        tune_wgmma_launches(*this, ws, xq, lt_want, codes, rows, lt_out, produce, best, best_rows, progress);
       }
       const SkinnyFp8Problem p = skinny_problem(x, ws[0], nullptr, N);
       if (T <= kSkinnyFp8MaxRows && skinny_gemm_fp8_fits(p)) {
