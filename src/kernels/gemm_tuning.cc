@@ -21,7 +21,7 @@ nlohmann::json choice_json(const Fp8GemmChoice& c, bool rows_entry) {
     if (c.depth) j["depth"] = c.depth;
     if (c.codes_in) j["x"] = rows_entry ? "quantized" : "codes";
   } else if (c.kernel == Fp8GemmChoice::Kernel::Wgmma) {
-    j = {{"kernel", "wgmma"}, {"waves", c.waves}, {"group_m", c.group_m}};
+    j = {{"kernel", "wgmma"}, {"waves", c.waves}, {"group_m", c.group_m}, {"cluster", c.cluster}};
   } else {
     j = {{"kernel", "cublaslt"}};
     if (!c.lt.heuristic())
@@ -70,8 +70,13 @@ Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where
               "{}: a wgmma choice needs integer \"waves\" and \"group_m\"", where);
     c.waves = j["waves"];
     c.group_m = j["group_m"];
-    MLA_CHECK((c.waves == 1 || c.waves == 2) && c.group_m >= 1 && c.group_m <= 64,
-              "{}: waves {} (1 or 2) or group_m {} (1 to 64) out of range", where, c.waves, c.group_m);
+    if (j.contains("cluster")) {  // files without it: single CTAs
+      MLA_CHECK(j["cluster"].is_number_integer(), "{}: \"cluster\" must be an integer", where);
+      c.cluster = j["cluster"];
+    }
+    MLA_CHECK((c.waves == 1 || c.waves == 2) && c.group_m >= 1 && c.group_m <= 64 && (c.cluster == 1 || c.cluster == 2),
+              "{}: waves {} (1 or 2), group_m {} (1 to 64) or cluster {} (1 or 2) out of range", where, c.waves,
+              c.group_m, c.cluster);
   } else {
     MLA_CHECK(kernel == "cublaslt", "{}: unknown kernel \"{}\" (skinny, cublaslt or wgmma)", where, kernel);
     if (j.contains("lt")) {
@@ -124,7 +129,8 @@ std::string to_string(const CublasLtConfig& c) {
 
 std::string to_string(const Fp8GemmChoice& c) {
   if (c.kernel == Fp8GemmChoice::Kernel::Cublaslt) return to_string(c.lt);
-  if (c.kernel == Fp8GemmChoice::Kernel::Wgmma) return fmt::format("wgmma waves={} group_m={}", c.waves, c.group_m);
+  if (c.kernel == Fp8GemmChoice::Kernel::Wgmma)
+    return fmt::format("wgmma waves={} group_m={}{}", c.waves, c.group_m, c.cluster > 1 ? " cluster=2" : "");
   return fmt::format("skinny row_tiles={} splits={} k_warps={} depth={}{}", c.row_tiles, c.splits, c.k_warps, c.depth,
                      c.codes_in ? " x=codes" : "");
 }

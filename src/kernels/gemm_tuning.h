@@ -53,11 +53,12 @@ struct Fp8GemmChoice {
   bool codes_in = false;
   CublasLtConfig lt{};  // cuBLASLt's configuration (files without it: the heuristic's)
   // The warp-specialized kernel's launch (cuda/fp8_gemm_wgmma.h): 128-token waves a tile, token
-  // tiles walked together.
-  int waves = 0, group_m = 0;
+  // tiles walked together, CTAs a cluster (2: pairs sharing x's tile by multicast).
+  int waves = 0, group_m = 0, cluster = 1;
   bool operator==(const Fp8GemmChoice& o) const {
     return kernel == o.kernel && row_tiles == o.row_tiles && splits == o.splits && k_warps == o.k_warps &&
-           depth == o.depth && codes_in == o.codes_in && lt == o.lt && waves == o.waves && group_m == o.group_m;
+           depth == o.depth && codes_in == o.codes_in && lt == o.lt && waves == o.waves && group_m == o.group_m &&
+           cluster == o.cluster;
   }
 };
 
@@ -106,7 +107,7 @@ class Fp8GemmTuning {
 };
 
 // "skinny row_tiles=1 splits=1 k_warps=8 depth=0 x=codes", "cublaslt", "cublaslt algo=66 tile=17 ...", or
-// "wgmma waves=2 group_m=8".
+// "wgmma waves=2 group_m=8" (" cluster=2" where pairs).
 std::string to_string(const Fp8GemmChoice& c);
 std::string to_string(const CublasLtConfig& c);
 

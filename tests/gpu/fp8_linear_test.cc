@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -133,9 +134,10 @@ TEST_F(Fp8Linear, ApplyLinearQuantizesAndMultiplies) {
   }
 }
 
-// The warp-specialized GEMM for many tokens, in both tile heights: token counts off the tiles, a
-// ragged last block of weight rows (kv_a), and few persistent CTAs, so that each walks several tiles
-// and its ring of stages wraps many times.
+// The warp-specialized GEMM for many tokens, in both tile heights, alone and in clusters of two: token
+// counts off the tiles, a ragged last block of weight rows (kv_a, an odd count of weight tiles, so a
+// cluster's partner repeats one), and few persistent CTAs, so that each walks several tiles and its
+// ring of stages wraps many times.
 TEST_F(Fp8Linear, WarpSpecializedGemmMatchesTheReference) {
   struct Shape3 {
     int64_t N, K;
@@ -153,8 +155,10 @@ TEST_F(Fp8Linear, WarpSpecializedGemmMatchesTheReference) {
       Fp8Activation xq = gpu.empty_fp8_activation(T, sh.K, 128);
       gpu.quantize_fp8_per_token_group(dev_bf16(x), 128, xq.q, xq.scales);
       for (int waves : {1, 2})
-        for (int ctas : {0, 5}) {
-          Tensor out = poisoned(gpu, DType::BF16, {T, sh.N});
+        for (auto [ctas, cluster] : {std::pair{0, 1}, {5, 1}, {0, 2}, {6, 2}}) {
+          // Rows 64 columns wider than N where one CTA: the TMA stores stop at N.
+          const int64_t pad = ctas == 5 ? 64 : 0;
+          Tensor wide = poisoned(gpu, DType::BF16, {T, sh.N + pad}), out = wide.narrow(1, 0, sh.N);
           cuda::Fp8GemmWgmmaArgs a;
           a.x = xq.q.raw(), a.ldx = xq.q.stride(0);
           a.x_scales = xq.scales.data<float>(), a.ld_x_scales = xq.scales.stride(1);
@@ -162,12 +166,20 @@ TEST_F(Fp8Linear, WarpSpecializedGemmMatchesTheReference) {
           a.w_scales = wd.scale_inv.data<float>(), a.ld_w_scales = wd.scale_inv.stride(0);
           a.out = out.data<__nv_bfloat16>(), a.ldo = out.stride(0);
           a.T = int(T), a.N = int(sh.N), a.K = int(sh.K), a.waves = waves, a.group_m = 3, a.ctas = ctas;
+          a.cluster = cluster;
           ASSERT_TRUE(cuda::fp8_gemm_wgmma_fits(a));
           cuda::fp8_gemm_wgmma(a, gpu.stream());
-          const double err = rel_l2(gpu.to_host(out), want);
+          const Tensor got = gpu.to_host(wide);
+          const double err = rel_l2(got.narrow(1, 0, sh.N).contiguous(), want);
           worst = std::max(worst, err);
+          if (pad) {
+            const Tensor rest = got.narrow(1, sh.N, pad).contiguous();
+            const uint16_t* bits = static_cast<const uint16_t*>(rest.raw());
+            EXPECT_TRUE(std::all_of(bits, bits + rest.numel(), [](uint16_t b) { return b == 0xffff; }))
+                << "columns past N written: T=" << T << " N=" << sh.N;
+          }
           EXPECT_LE(err, kBf16Tolerance) << "T=" << T << " N=" << sh.N << " K=" << sh.K << " waves " << waves
-                                         << " ctas " << ctas;
+                                         << " ctas " << ctas << " cluster " << cluster;
         }
     }
   }
@@ -459,10 +471,10 @@ TEST_F(Fp8Linear, TunedWgmmaChoiceRunsTheWarpSpecializedKernel) {
   LinearWeight w = quantize_fp8_blocks(random_f32({N, K}, seed + 60, 0.05f), 128, 128);
   LinearWeight wd = gpu.to_backend(w);
   for (int64_t T : {40, 300})
-    for (int waves : {1, 2}) {
+    for (auto [waves, cluster] : {std::pair{1, 1}, {2, 1}, {2, 2}}) {
       Fp8GemmTuning tuning;
       Fp8GemmChoice choice;
-      choice.kernel = Fp8GemmChoice::Kernel::Wgmma, choice.waves = waves, choice.group_m = 2;
+      choice.kernel = Fp8GemmChoice::Kernel::Wgmma, choice.waves = waves, choice.group_m = 2, choice.cluster = cluster;
       tuning.set(N, K, T, choice);
       gpu.set_fp8_gemm_tuning(tuning);
       Tensor x = bf16_exact({T, K}, seed + 61 + T, 1.0f), want = Tensor::empty(DType::F32, {T, N});
@@ -471,14 +483,14 @@ TEST_F(Fp8Linear, TunedWgmmaChoiceRunsTheWarpSpecializedKernel) {
       apply_linear(gpu, dev_bf16(x), wd, out);
       double err = rel_l2(gpu.to_host(out), want);
       worst = std::max(worst, err);
-      EXPECT_LE(err, kBf16Tolerance) << "from rows, T=" << T << " waves " << waves;
+      EXPECT_LE(err, kBf16Tolerance) << "from rows, T=" << T << " " << to_string(choice);
       Fp8Activation xq = gpu.empty_fp8_activation(T, K, 128);
       gpu.quantize_fp8_per_token_group(dev_bf16(x), 128, xq.q, xq.scales);
       out = poisoned(gpu, DType::BF16, {T, N});
       gpu.linear_fp8_w8a8(xq.q, xq.scales, wd, out);
       err = rel_l2(gpu.to_host(out), want);
       worst = std::max(worst, err);
-      EXPECT_LE(err, kBf16Tolerance) << "from codes, T=" << T << " waves " << waves;
+      EXPECT_LE(err, kBf16Tolerance) << "from codes, T=" << T << " " << to_string(choice);
     }
   gpu.set_fp8_gemm_tuning(Fp8GemmTuning{});
 }

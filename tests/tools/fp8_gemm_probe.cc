@@ -1,7 +1,10 @@
 // The warp-specialized block-scaled FP8 GEMM (kernels/cuda/fp8_gemm_wgmma.h) against cuBLASLt's on
 // DeepSeek-V3's dense shapes: each launch form's product checked against cuBLASLt's (relative L2
 // of the BF16 outputs), then timed from the same codes, both alternated twice, weights rotated
-// among copies larger than L2. Usage: fp8_gemm_probe [T ...] (default 1024 4096).
+// among copies larger than L2. Usage: fp8_gemm_probe [--trace] [T ...] (default 1024 4096).
+// --trace: each form also runs once with the kernel's clock stamps, and the mean SM cycles of a
+// tile's phases are printed: the loader's first copy to the first stage landed, the K loop, the
+// stores, and from the stores to the next tile's first stage.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -31,20 +34,57 @@ struct GemmShape {
 };
 
 struct Form {
-  int waves, group_m;
+  int waves, group_m, cluster;
 };
+
+// One run of the launch with its stamps on (Fp8GemmWgmmaArgs::trace), summarized.
+void trace_phases(Fp8GemmWgmmaArgs a, cudaStream_t stream) {
+  constexpr int kTiles = 64;
+  int ctas = 0;
+  cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, 0);
+  const size_t n = size_t(ctas) * kTiles * 4;
+  unsigned long long* d = nullptr;
+  if (cudaMalloc(&d, n * 8) != cudaSuccess) return;
+  cudaMemsetAsync(d, 0, n * 8, stream);
+  a.trace = d, a.trace_tiles = kTiles, a.ctas = ctas;
+  fp8_gemm_wgmma(a, stream);
+  std::vector<unsigned long long> h(n);
+  cudaMemcpyAsync(h.data(), d, n * 8, cudaMemcpyDeviceToHost, stream);
+  cudaStreamSynchronize(stream);
+  cudaFree(d);
+  double fill = 0, loop = 0, store = 0, gap = 0;
+  int tiles = 0, gaps = 0;
+  for (int c = 0; c < ctas; ++c)
+    for (int i = 0; i < kTiles; ++i) {
+      const unsigned long long* t = &h[(size_t(c) * kTiles + i) * 4];
+      if (!t[0] || !t[1] || !t[2]) break;
+      fill += double(t[1]) - double(t[0]), loop += double(t[2]) - double(t[1]);
+      if (t[3]) store += double(t[3]) - double(t[2]);
+      ++tiles;
+      const unsigned long long* next = t + 4;
+      if (i + 1 < kTiles && next[1] && t[3]) gap += double(next[1]) - double(t[3]), ++gaps;
+    }
+  if (!tiles) return;
+  std::printf("    trace: %d tiles; cycles a tile: first copy -> first stage %.0f, K loop %.0f, stores %.0f, "
+              "stores -> next tile's first stage %.0f\n",
+              tiles, fill / tiles, loop / tiles, store / tiles, gaps ? gap / gaps : 0.0);
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int64_t> tokens;
-  for (int i = 1; i < argc; ++i) tokens.push_back(std::atoll(argv[i]));
+  bool trace = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--trace") trace = true;
+    else tokens.push_back(std::atoll(argv[i]));
+  }
   if (tokens.empty()) tokens = {1024, 4096};
   CudaBackend gpu(0);
   const std::vector<GemmShape> shapes = {{"q_b", 24576, 1536},         {"o", 7168, 16384},
                                      {"dense_gate_up", 36864, 7168}, {"dense_down", 7168, 18432},
                                      {"q_kv_a", 2112, 7168},         {"kv_b", 32768, 512}};
-  const std::vector<Form> forms = {{2, 8}, {2, 16}, {2, 4}, {1, 8}, {1, 16}};
+  const std::vector<Form> forms = {{2, 8, 1}, {2, 8, 2}, {2, 16, 2}, {1, 8, 1}, {1, 8, 2}};
   uint64_t seed = 1;
   for (const GemmShape& sh : shapes) {
     const int copies = int(std::clamp<int64_t>((int64_t(256) << 20) / (sh.N * sh.K) + 1, 1, 8));
@@ -70,6 +110,7 @@ int main(int argc, char** argv) {
         a.w_scales = w.scale_inv.data<float>(), a.ld_w_scales = w.scale_inv.stride(0);
         a.out = got.data<__nv_bfloat16>(), a.ldo = got.stride(0);
         a.T = int(T), a.N = int(sh.N), a.K = int(sh.K), a.waves = f.waves, a.group_m = f.group_m;
+        a.cluster = f.cluster;
         return a;
       };
       const double flops = 2.0 * double(T) * double(sh.N) * double(sh.K);
@@ -85,12 +126,13 @@ int main(int argc, char** argv) {
           ours[r] = median_ms(gpu.stream(),
                               [&](int i) { fp8_gemm_wgmma(args(ws[size_t(i % copies)], f), gpu.stream()); });
         }
-        std::printf("%-14s T=%-5lld waves %d group_m %-2d  err %.2e  ours %.4f %.4f ms (%4.0f TFLOP/s)  "
+        std::printf("%-14s T=%-5lld waves %d group_m %-2d cluster %d  err %.2e  ours %.4f %.4f ms (%4.0f TFLOP/s)  "
                     "cublaslt %.4f %.4f ms (%4.0f)  lt/ours %.3f\n",
-                    sh.name, (long long)T, f.waves, f.group_m, err, ours[0], ours[1],
+                    sh.name, (long long)T, f.waves, f.group_m, f.cluster, err, ours[0], ours[1],
                     flops / (std::min(ours[0], ours[1]) * 1e-3) / 1e12, lt[0], lt[1],
                     flops / (std::min(lt[0], lt[1]) * 1e-3) / 1e12,
                     std::min(lt[0], lt[1]) / std::min(ours[0], ours[1]));
+        if (trace) trace_phases(args(ws[0], f), gpu.stream());
         std::fflush(stdout);
       }
     }

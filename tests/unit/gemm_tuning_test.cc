@@ -61,6 +61,9 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   Fp8GemmChoice warp_specialized;
   warp_specialized.kernel = Fp8GemmChoice::Kernel::Wgmma, warp_specialized.waves = 2, warp_specialized.group_m = 8;
   t.set(2112, 7168, 4096, warp_specialized, kCublaslt);
+  Fp8GemmChoice pairs = warp_specialized;
+  pairs.cluster = 2;
+  t.set(2112, 7168, 2048, pairs);
   const std::string path = dir.file(Fp8GemmTuning::file_name(t.device()));
   EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H200"), "fp8_gemm_NVIDIA_H200.json");
   EXPECT_EQ(Fp8GemmTuning::file_name("NVIDIA H100 80GB HBM3"), "fp8_gemm_NVIDIA_H100_80GB_HBM3.json");
@@ -76,6 +79,7 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   EXPECT_EQ(back.find(24576, 1536, 16), kCublaslt);
   EXPECT_EQ(back.find(2112, 7168, 1024), configured);
   EXPECT_EQ(back.find(2112, 7168, 4096), warp_specialized);
+  EXPECT_EQ(back.find(2112, 7168, 2048), pairs);
   EXPECT_EQ(back.find_from_rows(2112, 7168, 4096), kCublaslt);
   EXPECT_EQ(back.find(24576, 1536, 16).value().lt, CublasLtConfig{}) << "no \"lt\": the heuristic's pick";
   // An input that comes as BF16 rows gets the entry's launch from rows where it has one.
@@ -96,12 +100,19 @@ TEST(Fp8GemmTuning, FileRoundTripsAndIsNamedByDevice) {
   EXPECT_EQ(to_string(kCublaslt), "cublaslt");
   EXPECT_EQ(to_string(configured), "cublaslt algo=66 tile=17 stages=36 cluster=2 swizzle=0 custom=4");
   EXPECT_EQ(to_string(warp_specialized), "wgmma waves=2 group_m=8");
+  EXPECT_EQ(to_string(pairs), "wgmma waves=2 group_m=8 cluster=2");
   // Files written before the launches had k_warps: all 8 warps on K; before depth: x in registers.
   const auto old = Fp8GemmTuning::from_json(
       nlohmann::json::parse(R"({"kernel": "fp8_w8a8_block128", "shapes": {"N=128,K=1024": {"1": )"
                             R"({"kernel": "skinny", "row_tiles": 2, "splits": 1}}}})"),
       "old.json");
   EXPECT_EQ(old.find(128, 1024, 1), skinny(2, 1, 8));
+  // Before clusters: single CTAs.
+  const auto single = Fp8GemmTuning::from_json(
+      nlohmann::json::parse(R"({"kernel": "fp8_w8a8_block128", "shapes": {"N=128,K=1024": {"1": )"
+                            R"({"kernel": "wgmma", "waves": 2, "group_m": 8}}}})"),
+      "single.json");
+  EXPECT_EQ(single.find(128, 1024, 1), warp_specialized);
 }
 
 // The tables committed for the GPUs we tuned on load as the runtime reads them, each naming its device.
@@ -160,6 +171,10 @@ TEST(Fp8GemmTuning, BadFilesGetErrorsNamingTheFault) {
             std::string::npos);
   EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "wgmma", "waves": 3, "group_m": 8}}}})").c_str())
                 .find("waves 3"),
+            std::string::npos);
+  EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "wgmma", "waves": 2, "group_m": 8, "cluster": 4}}}})")
+                     .c_str())
+                .find("cluster 4"),
             std::string::npos);
   EXPECT_NE(from((head + R"({"N=128,K=128": {"1": {"kernel": "wgmma", "waves": 2}}}})").c_str())
                 .find("needs integer \"waves\" and \"group_m\""),

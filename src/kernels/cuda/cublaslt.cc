@@ -93,16 +93,30 @@ bool CublasLt::accepts(const CublasLtPlan& plan, const cublasLtMatmulAlgo_t& alg
          result.workspaceSize <= workspace_bytes_;
 }
 
-bool CublasLt::use_config(CublasLtPlan& plan, const CublasLtConfig& config) {
+std::optional<cublasLtMatmulAlgo_t> CublasLt::accepted_algo(const CublasLtPlan& plan,
+                                                            const CublasLtConfig& config) const {
   cublasLtMatmulAlgo_t algo;
-  if (config.heuristic() || !init_algo(handle_, plan, config.algo, algo)) return false;
+  if (config.heuristic() || !init_algo(handle_, plan, config.algo, algo)) return std::nullopt;
   set_config(algo, config);
-  if (!accepts(plan, algo)) return false;
-  plan.algo = algo;
-  return true;
+  if (!accepts(plan, algo)) return std::nullopt;
+  return algo;
 }
 
-std::vector<CublasLtConfig> CublasLt::configs(const CublasLtPlan& plan) {
+bool CublasLt::use_config(CublasLtPlan& plan, const CublasLtConfig& config) {
+  const std::optional<cublasLtMatmulAlgo_t> algo = accepted_algo(plan, config);
+  if (algo) plan.algo = *algo;
+  return algo.has_value();
+}
+
+std::vector<CublasLtConfig> CublasLt::configs(const CublasLtPlan& plan, const std::vector<CublasLtConfig>* among) {
+  if (!among) return enumerate_configs(plan);
+  std::vector<CublasLtConfig> out;
+  for (const CublasLtConfig& c : *among)
+    if (accepted_algo(plan, c)) out.push_back(c);
+  return out;
+}
+
+std::vector<CublasLtConfig> CublasLt::enumerate_configs(const CublasLtPlan& plan) const {
   int ids[128], n_ids = 0;
   CUBLAS_CHECK(cublasLtMatmulAlgoGetIds(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, plan.ab_type, plan.ab_type,
                                         plan.cd_type, plan.cd_type, 128, ids, &n_ids));

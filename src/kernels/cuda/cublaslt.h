@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
@@ -43,13 +44,19 @@ class CublasLt {
   // Every configuration cuBLASLt accepts for the plan: each algorithm id it lists for the plan's
   // types, times each tile, stage count, cluster shape (up to 4 CTAs), CTA swizzle and custom option
   // that id supports. Accepted is not correct: some compute wrong products (tune-fp8-gemm checks).
-  std::vector<CublasLtConfig> configs(const CublasLtPlan& plan);
+  // `among` given: only those of `among` cuBLASLt accepts for the plan, each checked alone (the full
+  // enumeration costs seconds of host time; tune-fp8-gemm re-checks one shape's at each token count).
+  std::vector<CublasLtConfig> configs(const CublasLtPlan& plan, const std::vector<CublasLtConfig>* among = nullptr);
   // c = a · b (with the plan's transposes), alpha 1, beta 0.
   void matmul(const CublasLtPlan& plan, const void* a, const void* b, void* c, cudaStream_t stream);
 
  private:
   // Whether cuBLASLt runs `algo` for the plan (cublasLtMatmulAlgoCheck) within the workspace.
   bool accepts(const CublasLtPlan& plan, const cublasLtMatmulAlgo_t& algo) const;
+  // `config`'s algorithm for the plan where cuBLASLt accepts it; nothing where not.
+  std::optional<cublasLtMatmulAlgo_t> accepted_algo(const CublasLtPlan& plan, const CublasLtConfig& config) const;
+  // configs without `among`: every combination of attributes, each checked.
+  std::vector<CublasLtConfig> enumerate_configs(const CublasLtPlan& plan) const;
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

@@ -102,9 +102,11 @@ class CudaBackend final : public Backend {
   // ... or the warp-specialized kernel (fp8_gemm_wgmma.h), BF16 out; scales as empty_fp8_activation
   // lays them out.
   void linear_fp8_w8a8_wgmma(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out, int waves,
-                             int group_m);
-  // The configurations cuBLASLt accepts for the block-scaled GEMM of T tokens by w (CublasLt::configs).
-  std::vector<CublasLtConfig> fp8_gemm_configs(int64_t T, const LinearWeight& w, bool out_f32);
+                             int group_m, int cluster);
+  // The configurations cuBLASLt accepts for the block-scaled GEMM of T tokens by w, of all or of
+  // `among` (CublasLt::configs).
+  std::vector<CublasLtConfig> fp8_gemm_configs(int64_t T, const LinearWeight& w, bool out_f32,
+                                               const std::vector<CublasLtConfig>* among = nullptr);
   std::string device_name() const override;
   void set_moe_tuning(MoeTuning tuning) override;                                     // cuda_backend_moe.cc
   MoeTuning tune_moe(const std::vector<MoeTuneCase>& cases,
@@ -185,7 +187,7 @@ class CudaBackend final : public Backend {
                       const std::optional<CublasLtConfig>& lt);
   // fp8_block_gemm's operands on the warp-specialized kernel, into BF16 out; false where it does not fit.
   bool fp8_wgmma_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w, Tensor& out,
-                      int waves, int group_m);
+                      int waves, int group_m, int cluster);
   // The skinny launch of a W8A8 linear (the tuned one, else the default) and whether it was tuned
   // from codes (Fp8GemmChoice::codes_in), or nothing where cuBLASLt runs it. from_rows: x comes as
   // BF16 rows whatever the table prefers (the entry's launch from rows).

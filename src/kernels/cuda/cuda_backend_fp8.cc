@@ -184,22 +184,23 @@ void CudaBackend::linear_fp8_w8a8_cublaslt(const Tensor& q, const Tensor& scales
 }
 
 void CudaBackend::linear_fp8_w8a8_wgmma(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
-                                        int waves, int group_m) {
+                                        int waves, int group_m, int cluster) {
   const int64_t T = check_fp8_codes_linear(q, scales, w, out), G = (w.in_features() + 127) / 128;
   if (T == 0) return;
   MLA_CHECK(in_gemm_layout(scales) && out.dtype() == DType::BF16,
             "linear_fp8_w8a8_wgmma: scales as empty_fp8_activation lays them out and a BF16 out");
   const int64_t Tp = padded_tokens(T);
-  MLA_CHECK(fp8_wgmma_gemm(q.raw(), q.stride(0), scales.as_strided({G, Tp}, {Tp, 1}), w, out, waves, group_m),
-            "linear_fp8_w8a8_wgmma: T={} N={} K={} waves={} does not fit the kernel", T, w.out_features(),
-            w.in_features(), waves);
+  MLA_CHECK(fp8_wgmma_gemm(q.raw(), q.stride(0), scales.as_strided({G, Tp}, {Tp, 1}), w, out, waves, group_m, cluster),
+            "linear_fp8_w8a8_wgmma: T={} N={} K={} waves={} cluster={} does not fit the kernel", T, w.out_features(),
+            w.in_features(), waves, cluster);
 }
 
-std::vector<CublasLtConfig> CudaBackend::fp8_gemm_configs(int64_t T, const LinearWeight& w, bool out_f32) {
+std::vector<CublasLtConfig> CudaBackend::fp8_gemm_configs(int64_t T, const LinearWeight& w, bool out_f32,
+                                                          const std::vector<CublasLtConfig>* among) {
   const int64_t Tp = padded_tokens(T), N = w.out_features(), K = w.in_features();
   Tensor scales_t = empty(DType::F32, {(K + 127) / 128, Tp});
   return gemm_->fp8_configs(scales_t.data<float>(), K, w.scale_inv.data<float>(), w.weight.stride(0), N, out_f32, Tp,
-                            N, K);
+                            N, K, among);
 }
 
 void CudaBackend::fp8_codes_gemm(const Tensor& q, const Tensor& scales, const LinearWeight& w, Tensor& out,
@@ -356,7 +357,7 @@ void CudaBackend::fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scale
     config = *lt;
   } else if (std::optional<Fp8GemmChoice> tuned = fp8_tuning_.find(N, K, T)) {
     if (tuned->kernel == Fp8GemmChoice::Kernel::Wgmma && !out_f32 &&
-        fp8_wgmma_gemm(q, ldq, scales_t, w, out, tuned->waves, tuned->group_m))
+        fp8_wgmma_gemm(q, ldq, scales_t, w, out, tuned->waves, tuned->group_m, tuned->cluster))
       return;
     if (tuned->kernel == Fp8GemmChoice::Kernel::Cublaslt) config = tuned->lt;
   }
@@ -371,7 +372,7 @@ void CudaBackend::fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scale
 
 // The kernel reads T rows of codes and stores T rows of out (no padded scratch, unlike cuBLASLt).
 bool CudaBackend::fp8_wgmma_gemm(const void* q, int64_t ldq, const Tensor& scales_t, const LinearWeight& w,
-                                 Tensor& out, int waves, int group_m) {
+                                 Tensor& out, int waves, int group_m, int cluster) {
   Fp8GemmWgmmaArgs a;
   a.x = q, a.ldx = ldq;
   a.x_scales = scales_t.data<float>(), a.ld_x_scales = scales_t.stride(0);
@@ -379,7 +380,7 @@ bool CudaBackend::fp8_wgmma_gemm(const void* q, int64_t ldq, const Tensor& scale
   a.w_scales = w.scale_inv.data<float>(), a.ld_w_scales = w.scale_inv.stride(0);
   a.out = static_cast<__nv_bfloat16*>(out.raw()), a.ldo = out.stride(0);
   a.T = int(out.size(0)), a.N = int(w.out_features()), a.K = int(w.in_features());
-  a.waves = waves, a.group_m = group_m, a.ctas = num_sms_;
+  a.waves = waves, a.group_m = group_m, a.cluster = cluster, a.ctas = num_sms_;
   if (out.dtype() != DType::BF16 || !fp8_gemm_wgmma_fits(a)) return false;
   fp8_gemm_wgmma(a, stream_);
   return true;

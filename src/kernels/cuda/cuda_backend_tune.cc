@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/elementwise.h"
@@ -60,14 +62,35 @@ Tensor even_routing(const MoeTuneCase& c, uint64_t seed) {
   return ids;
 }
 
-// cuBLASLt's configurations of one product (CudaBackend::fp8_gemm_configs) against `best` and
+// The configurations cuBLASLt accepts, enumerated once per weight shape. The full enumeration
+// (CublasLt::configs) is host-bound: about 318,000 cublasLtMatmulAlgoCheck calls, 2-3 s a product.
+// Acceptance depends on the product's layouts and types, all of them the shape's but the token
+// count, so a later token count only re-checks those the shape's first one accepted: what the full
+// enumeration would give, save configurations cuBLASLt would accept at that token count but
+// rejected at the first, which go untried.
+class LtConfigsByShape {
+ public:
+  std::vector<CublasLtConfig> configs(CudaBackend& gpu, int64_t T, const LinearWeight& w, bool out_f32) {
+    const Shape shape{w.out_features(), w.in_features(), w.weight.stride(0), out_f32};
+    auto it = accepted_.find(shape);
+    if (it == accepted_.end()) return accepted_[shape] = gpu.fp8_gemm_configs(T, w, out_f32);
+    return gpu.fp8_gemm_configs(T, w, out_f32, &it->second);
+  }
+
+ private:
+  using Shape = std::tuple<int64_t, int64_t, int64_t, bool>;  // N, K, the weight's row stride, F32 out
+  std::map<Shape, std::vector<CublasLtConfig>> accepted_;     // at the shape's first token count
+};
+
+// cuBLASLt's configurations of one product (`lt_configs`) against `best` and
 // `best_rows` (its heuristic's pick from codes and from rows, timed into `out`; `want`: that pick's
 // BF16 product of xq, on the host, in F32): each timed briefly
 // behind the producer writing codes; the fastest few checked against the heuristic's product, then
 // timed in full from codes and from rows (the same configuration after a quantization launch).
 void tune_cublaslt_configs(CudaBackend& gpu, const std::vector<LinearWeight>& ws, const Fp8Activation& xq,
                            const Tensor& want, const Fp8Activation& codes, const Tensor& rows, Tensor& out,
-                           const std::function<void(bool)>& produce, Fp8GemmChoice& best, Fp8GemmChoice& best_rows,
+                           const std::function<void(bool)>& produce, LtConfigsByShape& lt_configs,
+                           Fp8GemmChoice& best, Fp8GemmChoice& best_rows,
                            const std::function<void(const std::string&)>& progress) {
   constexpr int kChecked = 4;
   const int64_t T = out.size(0), N = out.size(1), K = ws[0].in_features();
@@ -79,7 +102,7 @@ void tune_cublaslt_configs(CudaBackend& gpu, const std::vector<LinearWeight>& ws
     }, reps, warmup);
   };
   std::vector<std::pair<double, CublasLtConfig>> quick;
-  for (const CublasLtConfig& c : gpu.fp8_gemm_configs(T, ws[0], out.dtype() == DType::F32)) {
+  for (const CublasLtConfig& c : lt_configs.configs(gpu, T, ws[0], out.dtype() == DType::F32)) {
     try {  // an accepted configuration that cuBLASLt then refuses to run is left out, not fatal
       quick.emplace_back(from_codes_ms(c, 10, 2), c);
     } catch (const Error& e) {
@@ -120,31 +143,32 @@ void tune_wgmma_launches(CudaBackend& gpu, const std::vector<LinearWeight>& ws, 
   const int64_t T = out.size(0), N = out.size(1), K = ws[0].in_features();
   const size_t copies = ws.size();
   Fp8Activation requant = gpu.empty_fp8_activation(T, K, 128);
-  for (int waves : {1, 2})
-    for (int group_m : {4, 8, 16}) {
-      Fp8GemmChoice here;
-      here.kernel = Fp8GemmChoice::Kernel::Wgmma, here.waves = waves, here.group_m = group_m;
-      gpu.linear_fp8_w8a8_wgmma(xq.q, xq.scales, ws[0], out, waves, group_m);
-      const double err = rel_l2(gpu.to_host(out).to_f32(), want);
-      if (!(err <= kLtAgreement)) {
-        progress(fmt::format("N={} K={} T={}: {} differs from cuBLASLt by {:.2e}: skipped", N, K, T, to_string(here),
-                             err));
-        continue;
+  for (int cluster : {1, 2})
+    for (int waves : {1, 2})
+      for (int group_m : {4, 8, 16}) {
+        Fp8GemmChoice here;
+        here.kernel = Fp8GemmChoice::Kernel::Wgmma, here.waves = waves, here.group_m = group_m, here.cluster = cluster;
+        gpu.linear_fp8_w8a8_wgmma(xq.q, xq.scales, ws[0], out, waves, group_m, cluster);
+        const double err = rel_l2(gpu.to_host(out).to_f32(), want);
+        if (!(err <= kLtAgreement)) {
+          progress(fmt::format("N={} K={} T={}: {} differs from cuBLASLt by {:.2e}: skipped", N, K, T, to_string(here),
+                               err));
+          continue;
+        }
+        here.ms = median_ms(gpu.stream(), [&](int i) {
+          produce(true);
+          gpu.linear_fp8_w8a8_wgmma(codes.q, codes.scales, ws[size_t(i) % copies], out, waves, group_m, cluster);
+        });
+        const double rows_ms = median_ms(gpu.stream(), [&](int i) {
+          produce(false);
+          gpu.quantize_fp8_per_token_group(rows, 128, requant.q, requant.scales);
+          gpu.linear_fp8_w8a8_wgmma(requant.q, requant.scales, ws[size_t(i) % copies], out, waves, group_m, cluster);
+        });
+        progress(fmt::format("N={} K={} T={}: {} {:.4f} ms, from rows {:.4f}", N, K, T, to_string(here), here.ms,
+                             rows_ms));
+        if (here.ms < best.ms) best = here;
+        if (rows_ms < best_rows.ms) best_rows = here, best_rows.ms = rows_ms;
       }
-      here.ms = median_ms(gpu.stream(), [&](int i) {
-        produce(true);
-        gpu.linear_fp8_w8a8_wgmma(codes.q, codes.scales, ws[size_t(i) % copies], out, waves, group_m);
-      });
-      const double rows_ms = median_ms(gpu.stream(), [&](int i) {
-        produce(false);
-        gpu.quantize_fp8_per_token_group(rows, 128, requant.q, requant.scales);
-        gpu.linear_fp8_w8a8_wgmma(requant.q, requant.scales, ws[size_t(i) % copies], out, waves, group_m);
-      });
-      progress(fmt::format("N={} K={} T={}: {} {:.4f} ms, from rows {:.4f}", N, K, T, to_string(here), here.ms,
-                           rows_ms));
-      if (here.ms < best.ms) best = here;
-      if (rows_ms < best_rows.ms) best_rows = here, best_rows.ms = rows_ms;
-    }
 }
 
 MoeGemmChoice to_choice(const MoeFp8Launch& l, double ms) {
@@ -160,6 +184,7 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
   Fp8GemmTuning out;
   out.set_device(device_name());
   uint64_t seed = 1;
+  LtConfigsByShape lt_configs;
   for (auto [N, K] : shapes) {
     MLA_CHECK(N > 0 && K > 0 && N % 16 == 0 && K % 128 == 0,
               "tune-fp8-gemm: N={} K={}: the block-scaled FP8 linear takes N a multiple of 16 and K of 128", N, K);
@@ -223,7 +248,8 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
       if (lt_only) {
         linear_fp8_w8a8_cublaslt(xq.q, xq.scales, ws[0], lt_out, heuristic);
         const Tensor lt_want = to_host(lt_out).to_f32();
-        tune_cublaslt_configs(*this, ws, xq, lt_want, codes, rows, lt_out, produce, best, best_rows, progress);
+        tune_cublaslt_configs(*this, ws, xq, lt_want, codes, rows, lt_out, produce, lt_configs, best, best_rows,
+                              progress);
         tune_wgmma_launches(*this, ws, xq, lt_want, codes, rows, lt_out, produce, best, best_rows, progress);
       }
       const SkinnyFp8Problem p = skinny_problem(x, ws[0], nullptr, N);

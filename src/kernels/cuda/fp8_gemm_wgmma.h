@@ -27,9 +27,16 @@ struct Fp8GemmWgmmaArgs {
   int waves = 2;            // 128-token waves a tile: tiles of 128 * waves tokens x 128 weight rows
   int group_m = 8;          // token tiles walked together (column by column) for L2 reuse
   int ctas = 0;             // persistent CTAs (0: one an SM)
+  int cluster = 1;          // 2: CTAs in pairs on one token tile, x's tile multicast to both
+  // A probe's clock stamps (SM cycles) of each CTA's first trace_tiles tiles, 4 a tile: the loader's
+  // first copy issued, the first stage landed (MMA side), the last K-block summed, the stores
+  // issued. Nothing where null.
+  unsigned long long* trace = nullptr;
+  int trace_tiles = 0;
 };
 
-// Whether the kernel takes these shapes (K a multiple of 128, N of 16, aligned operands).
+// Whether the kernel takes these shapes (K a multiple of 128, N of 16 and >= 64, out's rows a multiple of
+// 8 elements apart, operands 16-byte aligned).
 bool fp8_gemm_wgmma_fits(const Fp8GemmWgmmaArgs& a);
 void fp8_gemm_wgmma(const Fp8GemmWgmmaArgs& a, cudaStream_t stream);
 

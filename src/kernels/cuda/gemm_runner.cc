@@ -62,8 +62,8 @@ CublasLtPlan& GemmRunner::fp8_plan(const Key& key, const CublasLtConfig& config,
 
 std::vector<CublasLtConfig> GemmRunner::fp8_configs(const float* x_scales, int64_t ldx, const float* w_scales,
                                                     int64_t ldw, int64_t ldo, bool out_f32, int64_t T, int64_t N,
-                                                    int64_t K) {
-  return lt_.configs(fp8_plan({T, N, K, ldx, ldw, ldo, out_f32}, {}, x_scales, w_scales));
+                                                    int64_t K, const std::vector<CublasLtConfig>* among) {
+  return lt_.configs(fp8_plan({T, N, K, ldx, ldw, ldo, out_f32}, {}, x_scales, w_scales), among);
 }
 
 void GemmRunner::fp8_block_nt(const void* x, int64_t ldx, const float* x_scales, const void* w, int64_t ldw,

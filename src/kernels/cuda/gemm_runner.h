@@ -26,9 +26,10 @@ class GemmRunner {
   void fp8_block_nt(const void* x, int64_t ldx, const float* x_scales, const void* w, int64_t ldw,
                     const float* w_scales, void* out, int64_t ldo, bool out_f32, int64_t T, int64_t N, int64_t K,
                     cudaStream_t stream, const CublasLtConfig& config = {});
-  // Every configuration cuBLASLt accepts for that product (CublasLt::configs).
+  // Every configuration cuBLASLt accepts for that product, or those of `among` (CublasLt::configs).
   std::vector<CublasLtConfig> fp8_configs(const float* x_scales, int64_t ldx, const float* w_scales, int64_t ldw,
-                                          int64_t ldo, bool out_f32, int64_t T, int64_t N, int64_t K);
+                                          int64_t ldo, bool out_f32, int64_t T, int64_t N, int64_t K,
+                                          const std::vector<CublasLtConfig>* among = nullptr);
 
  private:
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;

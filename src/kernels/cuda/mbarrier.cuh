@@ -24,6 +24,16 @@ __device__ __forceinline__ void arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
+// Arrives on the barrier at `bar`'s offset in CTA `rank` of the cluster (CTA-scope release, as
+// CUTLASS's ClusterBarrier: a cluster-scope one doubled a GEMM's time, twenty-seventh session).
+__device__ __forceinline__ void arrive_cluster(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, "
+      "[remote];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+
 // Arrives on `bar` and adds `bytes` to the transaction count its phase waits for: a bulk (TMA)
 // copy that completes on the barrier then counts those bytes down as they land.
 __device__ __forceinline__ void arrive_expect_tx(uint32_t bar, uint32_t bytes) {

@@ -31,6 +31,17 @@ __device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap* map, in
       : "memory");
 }
 
+// load_2d into the same shared-memory offset of every CTA of the cluster in `cta_mask` (bit r: rank
+// r), counting the bytes down on the barrier at `bar`'s offset in each of them.
+__device__ __forceinline__ void load_2d_multicast(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar,
+                                                  uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+      "{%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+
 // load_2d under an L2 policy (evict_first_policy, read_once.cuh).
 __device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar,
                                         uint64_t policy) {
@@ -47,6 +58,28 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
+}
+
+// Copies shared memory at `src` (laid out as load_2d would have written the box) to the box at
+// (x, y) of `map`; parts of the box outside the tensor are not written. Asynchronous: the copy joins
+// this thread's open bulk group (store_commit), and `src` may be reused only once store_wait_read
+// says the group has read it.
+__device__ __forceinline__ void store_2d(const CUtensorMap* map, uint32_t src, int x, int y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(x), "r"(y)
+               : "memory");
+}
+__device__ __forceinline__ void store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed store groups still read shared memory.
+template <int N>
+__device__ __forceinline__ void store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Waits until at most N of this thread's committed store groups are unfinished (written to global memory).
+template <int N>
+__device__ __forceinline__ void store_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Brings the tensor map into the constant cache ahead of the first copy that reads it.
