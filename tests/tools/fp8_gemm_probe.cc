@@ -4,7 +4,9 @@
 // among copies larger than L2. Usage: fp8_gemm_probe [--trace] [T ...] (default 1024 4096).
 // --trace: each form also runs once with the kernel's clock stamps, and the mean SM cycles of a
 // tile's phases are printed: the loader's first copy to the first stage landed, the K loop, the
-// stores, and from the stores to the next tile's first stage.
+// stores, and from the stores to the next tile's first stage; and the SM clock the launch ran at
+// (the busiest CTA's cycles from its first stamp to its last over the launch's time by events), to
+// tell a K loop slow in cycles from a GPU that lowered its clock.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -47,17 +49,25 @@ void trace_phases(Fp8GemmWgmmaArgs a, cudaStream_t stream) {
   if (cudaMalloc(&d, n * 8) != cudaSuccess) return;
   cudaMemsetAsync(d, 0, n * 8, stream);
   a.trace = d, a.trace_tiles = kTiles, a.ctas = ctas;
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start), cudaEventCreate(&stop);
+  cudaEventRecord(start, stream);
   fp8_gemm_wgmma(a, stream);
+  cudaEventRecord(stop, stream);
   std::vector<unsigned long long> h(n);
   cudaMemcpyAsync(h.data(), d, n * 8, cudaMemcpyDeviceToHost, stream);
   cudaStreamSynchronize(stream);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start), cudaEventDestroy(stop);
   cudaFree(d);
-  double fill = 0, loop = 0, store = 0, gap = 0;
+  double fill = 0, loop = 0, store = 0, gap = 0, span = 0;
   int tiles = 0, gaps = 0;
   for (int c = 0; c < ctas; ++c)
     for (int i = 0; i < kTiles; ++i) {
       const unsigned long long* t = &h[(size_t(c) * kTiles + i) * 4];
       if (!t[0] || !t[1] || !t[2]) break;
+      if (t[3]) span = std::max(span, double(t[3]) - double(h[size_t(c) * kTiles * 4]));
       fill += double(t[1]) - double(t[0]), loop += double(t[2]) - double(t[1]);
       if (t[3]) store += double(t[3]) - double(t[2]);
       ++tiles;
@@ -66,8 +76,8 @@ void trace_phases(Fp8GemmWgmmaArgs a, cudaStream_t stream) {
     }
   if (!tiles) return;
   std::printf("    trace: %d tiles; cycles a tile: first copy -> first stage %.0f, K loop %.0f, stores %.0f, "
-              "stores -> next tile's first stage %.0f\n",
-              tiles, fill / tiles, loop / tiles, store / tiles, gaps ? gap / gaps : 0.0);
+              "stores -> next tile's first stage %.0f; SM clock at least %.2f GHz (%.0f cycles in %.4f ms)\n",
+              tiles, fill / tiles, loop / tiles, store / tiles, gaps ? gap / gaps : 0.0, span / (ms * 1e6), span, ms);
 }
 
 }  // namespace
