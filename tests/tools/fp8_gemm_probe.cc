@@ -1,16 +1,22 @@
 // The warp-specialized block-scaled FP8 GEMM (kernels/cuda/fp8_gemm_wgmma.h) against cuBLASLt's on
 // DeepSeek-V3's dense shapes: each launch form's product checked against cuBLASLt's (relative L2
 // of the BF16 outputs), then timed from the same codes, both alternated twice, weights rotated
-// among copies larger than L2. Usage: fp8_gemm_probe [--trace] [T ...] (default 1024 4096).
+// among copies larger than L2. Usage: fp8_gemm_probe [--trace] [--only NAME] [--soak S] [T ...]
+// (default 1024 4096).
 // --trace: each form also runs once with the kernel's clock stamps, and the mean SM cycles of a
 // tile's phases are printed: the loader's first copy to the first stage landed, the K loop, the
 // stores, and from the stores to the next tile's first stage; and the SM clock the launch ran at
 // (the busiest CTA's cycles from its first stamp to its last over the launch's time by events), to
 // tell a K loop slow in cycles from a GPU that lowered its clock.
+// --soak S: after the forms, cuBLASLt's product and then the first form's, each back to back for S
+// seconds, between lines giving the host's clock (epoch ms), for a clock and power log taken beside
+// it (tests/tools/clocks_during.py reads both).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -80,14 +86,37 @@ void trace_phases(Fp8GemmWgmmaArgs a, cudaStream_t stream) {
               tiles, fill / tiles, loop / tiles, store / tiles, gaps ? gap / gaps : 0.0, span / (ms * 1e6), span, ms);
 }
 
+int64_t epoch_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+// fn(i) back to back on the stream for `seconds`, bracketed by "soak NAME from/to" lines.
+void soak(const char* name, double seconds, cudaStream_t stream, const std::function<void(int)>& fn) {
+  const int64_t from = epoch_ms();
+  int64_t n = 0;
+  while (epoch_ms() - from < seconds * 1000) {
+    for (int i = 0; i < 20; ++i, ++n) fn(int(n));
+    cudaStreamSynchronize(stream);
+  }
+  const int64_t to = epoch_ms();
+  std::printf("    soak %s from %lld to %lld: %lld products, %.4f ms each\n", name, (long long)from, (long long)to,
+              (long long)n, double(to - from) / double(n));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int64_t> tokens;
   bool trace = false;
+  std::string only;
+  double soak_s = 0;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--trace") trace = true;
-    else tokens.push_back(std::atoll(argv[i]));
+    const std::string arg = argv[i];
+    if (arg == "--trace") trace = true;
+    else if (arg == "--only" && i + 1 < argc) only = argv[++i];
+    else if (arg == "--soak" && i + 1 < argc) soak_s = std::atof(argv[++i]);
+    else tokens.push_back(std::atoll(arg.c_str()));
   }
   if (tokens.empty()) tokens = {1024, 4096};
   CudaBackend gpu(0);
@@ -97,6 +126,7 @@ int main(int argc, char** argv) {
   const std::vector<Form> forms = {{2, 8, 1}, {2, 8, 2}, {2, 16, 2}, {1, 8, 1}, {1, 8, 2}};
   uint64_t seed = 1;
   for (const GemmShape& sh : shapes) {
+    if (!only.empty() && only != sh.name) continue;
     const int copies = int(std::clamp<int64_t>((int64_t(256) << 20) / (sh.N * sh.K) + 1, 1, 8));
     std::vector<LinearWeight> ws(static_cast<size_t>(copies));
     for (LinearWeight& w : ws) {
@@ -143,6 +173,14 @@ int main(int argc, char** argv) {
                     flops / (std::min(lt[0], lt[1]) * 1e-3) / 1e12,
                     std::min(lt[0], lt[1]) / std::min(ours[0], ours[1]));
         if (trace) trace_phases(args(ws[0], f), gpu.stream());
+        std::fflush(stdout);
+      }
+      if (soak_s > 0) {
+        soak("cublaslt", soak_s, gpu.stream(), [&](int i) {
+          gpu.linear_fp8_w8a8_cublaslt(xq.q, xq.scales, ws[size_t(i % copies)], ref);
+        });
+        soak("ours", soak_s, gpu.stream(),
+             [&](int i) { fp8_gemm_wgmma(args(ws[size_t(i % copies)], forms[0]), gpu.stream()); });
         std::fflush(stdout);
       }
     }
