@@ -11,6 +11,7 @@
 #include <random>
 #include <tuple>
 
+#include "common/relative_l2.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/event_timer.h"
@@ -19,17 +20,6 @@
 namespace mlaserve::cuda {
 
 namespace {
-
-// ||a - b|| / ||b|| of two host F32 tensors of the same size.
-double rel_l2(const Tensor& a, const Tensor& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    const double x = a.data<float>()[i], y = b.data<float>()[i];
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
-}
 
 // Both kernels compute the same W8A8 math in fp32, in other orders: far below this.
 constexpr double kAgreement = 1e-3;
@@ -119,7 +109,7 @@ void tune_cublaslt_configs(CudaBackend& gpu, const std::vector<LinearWeight>& ws
   for (size_t k = 0; k < std::min(quick.size(), kChecked); ++k) {
     const CublasLtConfig& c = quick[k].second;
     gpu.linear_fp8_w8a8_cublaslt(xq.q, xq.scales, ws[0], out, c);
-    const double err = rel_l2(gpu.to_host(out).to_f32(), want);
+    const double err = relative_l2(gpu.to_host(out), want);
     if (!(err <= kLtAgreement)) {
       progress(fmt::format("N={} K={} T={}: {} differs from the heuristic's by {:.2e}: skipped", N, K, T,
                            to_string(c), err));
@@ -154,7 +144,7 @@ void tune_wgmma_launches(CudaBackend& gpu, const std::vector<LinearWeight>& ws, 
         Fp8GemmChoice here;
         here.kernel = Fp8GemmChoice::Kernel::Wgmma, here.waves = waves, here.group_m = group_m, here.cluster = cluster;
         gpu.linear_fp8_w8a8_wgmma(xq.q, xq.scales, ws[0], out, waves, group_m, cluster);
-        const double err = rel_l2(gpu.to_host(out).to_f32(), want);
+        const double err = relative_l2(gpu.to_host(out), want);
         if (!(err <= kLtAgreement)) {
           progress(fmt::format("N={} K={} T={}: {} differs from cuBLASLt by {:.2e}: skipped", N, K, T, to_string(here),
                                err));
@@ -275,7 +265,7 @@ Fp8GemmTuning CudaBackend::tune_fp8_gemm(const std::vector<std::pair<int64_t, in
                     linear_fp8_w8a8_skinny(xq.q, xq.scales, ws[0], got, c);
                   else
                     linear_w8a8_skinny(x, ws[0], got, c);
-                  const double err = rel_l2(to_host(got), want);
+                  const double err = relative_l2(to_host(got), want);
                   if (!(err <= kAgreement)) {
                     progress(fmt::format("N={} K={} T={}: skinny {} differs from cuBLASLt by {:.2e}: skipped", N,
                                          K, T, what, err));
@@ -373,7 +363,7 @@ MoeTuning CudaBackend::tune_moe(const std::vector<MoeTuneCase>& cases,
     // as a CUDA graph replays it: ms a layer.
     auto time_layer = [&](const std::string& what) -> double {
       moe_experts(x, ids[0], w, experts, y);
-      const double err = rel_l2(to_host(y).to_f32(), want);
+      const double err = relative_l2(to_host(y), want);
       if (!(err <= kMoeAgreement)) {
         progress(fmt::format("E={} T={}: {} differs from the planned launches by {:.2e}: skipped", E, T, what, err));
         return INFINITY;
