@@ -32,6 +32,13 @@ nlohmann::json choice_json(const Fp8GemmChoice& c, bool rows_entry) {
   return j;
 }
 
+// j[name] into `into` where present (files without it keep the default); an integer or an error.
+void read_optional_int(const nlohmann::json& j, const char* name, const std::string& where, int& into) {
+  if (!j.contains(name)) return;
+  MLA_CHECK(j[name].is_number_integer(), "{}: \"{}\" must be an integer", where, name);
+  into = j[name];
+}
+
 Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where, bool rows_entry) {
   MLA_CHECK(j.is_object() && j.contains("kernel") && j["kernel"].is_string(),
             "{}: expected an object with a \"kernel\" string", where);
@@ -46,17 +53,11 @@ Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where
     c.splits = j["splits"];
     MLA_CHECK((c.row_tiles == 1 || c.row_tiles == 2 || c.row_tiles == 4) && c.splits >= 1 && c.splits <= 8,
               "{}: row_tiles {} (1, 2 or 4) or splits {} (1 to 8) out of range", where, c.row_tiles, c.splits);
-    if (j.contains("k_warps")) {
-      MLA_CHECK(j["k_warps"].is_number_integer(), "{}: \"k_warps\" must be an integer", where);
-      c.k_warps = j["k_warps"];
-      MLA_CHECK(c.k_warps == 1 || c.k_warps == 2 || c.k_warps == 4 || c.k_warps == 8,
-                "{}: k_warps {} is not 1, 2, 4 or 8", where, c.k_warps);
-    }
-    if (j.contains("depth")) {
-      MLA_CHECK(j["depth"].is_number_integer(), "{}: \"depth\" must be an integer", where);
-      c.depth = j["depth"];
-      MLA_CHECK(c.depth == 0 || (c.depth >= 2 && c.depth <= 4), "{}: depth {} is not 0, 2, 3 or 4", where, c.depth);
-    }
+    read_optional_int(j, "k_warps", where, c.k_warps);
+    MLA_CHECK(c.k_warps == 1 || c.k_warps == 2 || c.k_warps == 4 || c.k_warps == 8,
+              "{}: k_warps {} is not 1, 2, 4 or 8", where, c.k_warps);
+    read_optional_int(j, "depth", where, c.depth);
+    MLA_CHECK(c.depth == 0 || (c.depth >= 2 && c.depth <= 4), "{}: depth {} is not 0, 2, 3 or 4", where, c.depth);
     if (j.contains("x")) {
       const std::string x = j["x"].is_string() ? j["x"].get<std::string>() : std::string();
       const char* codes = rows_entry ? "quantized" : "codes";
@@ -70,10 +71,7 @@ Fp8GemmChoice choice_from_json(const nlohmann::json& j, const std::string& where
               "{}: a wgmma choice needs integer \"waves\" and \"group_m\"", where);
     c.waves = j["waves"];
     c.group_m = j["group_m"];
-    if (j.contains("cluster")) {  // files without it: single CTAs
-      MLA_CHECK(j["cluster"].is_number_integer(), "{}: \"cluster\" must be an integer", where);
-      c.cluster = j["cluster"];
-    }
+    read_optional_int(j, "cluster", where, c.cluster);  // files without it: single CTAs
     MLA_CHECK((c.waves == 1 || c.waves == 2) && c.group_m >= 1 && c.group_m <= 64 && (c.cluster == 1 || c.cluster == 2),
               "{}: waves {} (1 or 2), group_m {} (1 to 64) or cluster {} (1 or 2) out of range", where, c.waves,
               c.group_m, c.cluster);

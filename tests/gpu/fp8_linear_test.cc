@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -24,6 +25,11 @@ class Fp8Linear : public GpuTest {
   Tensor bf16_exact(Shape shape, uint64_t s, float std) {
     return to_dtype(random_f32(shape, s, std), DType::BF16).to_f32();
   }
+};
+
+// A weight [N, K].
+struct WeightShape {
+  int64_t N, K;
 };
 
 // Groups of 128 take the vectorized kernel (384 with odd T: a warp with one item), others the warp a
@@ -81,12 +87,10 @@ TEST_F(Fp8Linear, DeviceQuantizationOfWeightsIsTheHosts) {
 // that are not multiples of 16, and ragged last blocks of rows: kv_a (N = 576) and a tiny model's q
 // stacked over it (704), which cuBLASLt takes as they are past 16 tokens.
 TEST_F(Fp8Linear, BlockScaledGemmMatchesTheReference) {
-  struct Shape3 {
-    int64_t N, K;
-  };
   // The small ones are the tiny presets' (hidden 256): q_proj, o_proj, kv_b_proj, a dense MLP.
-  for (Shape3 sh : {Shape3{576, 7168}, Shape3{1536, 7168}, Shape3{2048, 1536}, Shape3{1024, 2048}, Shape3{768, 256},
-                    Shape3{704, 256}, Shape3{256, 512}, Shape3{1024, 512}, Shape3{256, 256}}) {
+  for (WeightShape sh : std::initializer_list<WeightShape>{
+           {576, 7168}, {1536, 7168}, {2048, 1536}, {1024, 2048}, {768, 256}, {704, 256}, {256, 512}, {1024, 512},
+           {256, 256}}) {
     LinearWeight w = quantize_fp8_blocks(random_f32({sh.N, sh.K}, seed + sh.N, 0.05f), 128, 128);
     LinearWeight wd = gpu.to_backend(w);
     ASSERT_TRUE(wd.is_fp8_block()) << "FP8 blocks stay FP8 on the device, a ragged last one too";
@@ -139,10 +143,7 @@ TEST_F(Fp8Linear, ApplyLinearQuantizesAndMultiplies) {
 // cluster's partner repeats one), and few persistent CTAs, so that each walks several tiles and its
 // ring of stages wraps many times.
 TEST_F(Fp8Linear, WarpSpecializedGemmMatchesTheReference) {
-  struct Shape3 {
-    int64_t N, K;
-  };
-  for (Shape3 sh : {Shape3{576, 7168}, Shape3{1536, 1536}, Shape3{2048, 1024}, Shape3{256, 512}}) {
+  for (WeightShape sh : std::initializer_list<WeightShape>{{576, 7168}, {1536, 1536}, {2048, 1024}, {256, 512}}) {
     LinearWeight w = quantize_fp8_blocks(random_f32({sh.N, sh.K}, seed + sh.N, 0.05f), 128, 128);
     LinearWeight wd = gpu.to_backend(w);
     for (int64_t T : {1, 130, 300, 600}) {
@@ -211,10 +212,7 @@ TEST_F(Fp8Linear, AnyNumberOfKBlocksMatchesTheReference) {
 // two 8-token tiles, and past 16 tokens several CTAs' token tiles; N not a multiple of the CTA's
 // rows; a strided activation; BF16 and F32 outputs.
 TEST_F(Fp8Linear, SkinnyKernelMatchesTheReferenceInEveryLaunch) {
-  struct Shape2 {
-    int64_t N, K;
-  };
-  for (Shape2 sh : {Shape2{1536, 7168}, Shape2{640, 1536}, Shape2{2048, 512}, Shape2{384, 256}}) {
+  for (WeightShape sh : std::initializer_list<WeightShape>{{1536, 7168}, {640, 1536}, {2048, 512}, {384, 256}}) {
     LinearWeight w = quantize_fp8_blocks(random_f32({sh.N, sh.K}, seed + sh.N, 0.05f), 128, 128);
     LinearWeight wd = gpu.to_backend(w);
     ASSERT_TRUE(wd.is_fp8_block());

@@ -356,7 +356,7 @@ void CudaBackend::fp8_block_gemm(const void* q, int64_t ldq, const Tensor& scale
   if (lt) {
     config = *lt;
   } else if (std::optional<Fp8GemmChoice> tuned = fp8_tuning_.find(N, K, T)) {
-    if (tuned->kernel == Fp8GemmChoice::Kernel::Wgmma && !out_f32 &&
+    if (tuned->kernel == Fp8GemmChoice::Kernel::Wgmma &&  // BF16 out only: F32 falls to cuBLASLt
         fp8_wgmma_gemm(q, ldq, scales_t, w, out, tuned->waves, tuned->group_m, tuned->cluster))
       return;
     if (tuned->kernel == Fp8GemmChoice::Kernel::Cublaslt) config = tuned->lt;

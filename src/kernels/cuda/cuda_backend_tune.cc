@@ -72,6 +72,25 @@ class LtConfigsByShape {
   std::map<Shape, std::vector<CublasLtConfig>> accepted_;     // at the shape's first token count
 };
 
+// Times `here` in full from codes behind the producer writing them (from_codes(i)) and from rows
+// (from_rows(i): quantized first), and keeps it in `best` / `best_rows` where faster.
+void time_candidate(CudaBackend& gpu, Fp8GemmChoice here, const std::function<void(bool)>& produce,
+                    const std::function<void(int)>& from_codes, const std::function<void(int)>& from_rows,
+                    Fp8GemmChoice& best, Fp8GemmChoice& best_rows, const std::string& product,
+                    const std::function<void(const std::string&)>& progress) {
+  here.ms = median_ms(gpu.stream(), [&](int i) {
+    produce(true);
+    from_codes(i);
+  });
+  const double rows_ms = median_ms(gpu.stream(), [&](int i) {
+    produce(false);
+    from_rows(i);
+  });
+  progress(fmt::format("{}: {} {:.4f} ms, from rows {:.4f}", product, to_string(here), here.ms, rows_ms));
+  if (here.ms < best.ms) best = here;
+  if (rows_ms < best_rows.ms) best_rows = here, best_rows.ms = rows_ms;
+}
+
 // cuBLASLt's configurations of one product (`lt_configs`) against `best` and
 // `best_rows` (its heuristic's pick from codes and from rows, timed into `out`; `want`: that pick's
 // BF16 product of xq, on the host, in F32): each timed in one sample behind the producer writing
@@ -117,14 +136,11 @@ void tune_cublaslt_configs(CudaBackend& gpu, const std::vector<LinearWeight>& ws
     }
     Fp8GemmChoice here;  // cuBLASLt
     here.lt = c;
-    here.ms = from_codes_ms(c, 50, 5);  // median_ms's defaults
-    const double rows_ms = median_ms(gpu.stream(), [&](int i) {
-      produce(false);
-      gpu.linear_w8a8_cublaslt(rows, ws[size_t(i) % copies], out, c);
-    });
-    progress(fmt::format("N={} K={} T={}: {} {:.4f} ms, from rows {:.4f}", N, K, T, to_string(c), here.ms, rows_ms));
-    if (here.ms < best.ms) best = here;
-    if (rows_ms < best_rows.ms) best_rows = here, best_rows.ms = rows_ms;
+    time_candidate(
+        gpu, here, produce,
+        [&](int i) { gpu.linear_fp8_w8a8_cublaslt(codes.q, codes.scales, ws[size_t(i) % copies], out, c); },
+        [&](int i) { gpu.linear_w8a8_cublaslt(rows, ws[size_t(i) % copies], out, c); }, best, best_rows,
+        fmt::format("N={} K={} T={}", N, K, T), progress);
   }
 }
 
@@ -150,19 +166,16 @@ void tune_wgmma_launches(CudaBackend& gpu, const std::vector<LinearWeight>& ws, 
                                err));
           continue;
         }
-        here.ms = median_ms(gpu.stream(), [&](int i) {
-          produce(true);
-          gpu.linear_fp8_w8a8_wgmma(codes.q, codes.scales, ws[size_t(i) % copies], out, waves, group_m, cluster);
-        });
-        const double rows_ms = median_ms(gpu.stream(), [&](int i) {
-          produce(false);
-          gpu.quantize_fp8_per_token_group(rows, 128, requant.q, requant.scales);
-          gpu.linear_fp8_w8a8_wgmma(requant.q, requant.scales, ws[size_t(i) % copies], out, waves, group_m, cluster);
-        });
-        progress(fmt::format("N={} K={} T={}: {} {:.4f} ms, from rows {:.4f}", N, K, T, to_string(here), here.ms,
-                             rows_ms));
-        if (here.ms < best.ms) best = here;
-        if (rows_ms < best_rows.ms) best_rows = here, best_rows.ms = rows_ms;
+        auto launch = [&](const Fp8Activation& a, int i) {
+          gpu.linear_fp8_w8a8_wgmma(a.q, a.scales, ws[size_t(i) % copies], out, waves, group_m, cluster);
+        };
+        time_candidate(
+            gpu, here, produce, [&](int i) { launch(codes, i); },
+            [&](int i) {
+              gpu.quantize_fp8_per_token_group(rows, 128, requant.q, requant.scales);
+              launch(requant, i);
+            },
+            best, best_rows, fmt::format("N={} K={} T={}", N, K, T), progress);
       }
 }
 
