@@ -13,13 +13,13 @@
 // it (tests/tools/clocks_during.py reads both).
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "common/relative_l2.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/event_timer.h"
 #include "kernels/cuda/fp8_gemm_wgmma.h"
@@ -28,13 +28,6 @@ using namespace mlaserve;
 using namespace mlaserve::cuda;
 
 namespace {
-
-double rel_l2(const Tensor& got, const Tensor& want) {
-  const float *g = got.data<float>(), *w = want.data<float>();
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) num += double(g[i] - w[i]) * (g[i] - w[i]), den += double(w[i]) * w[i];
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
 
 struct GemmShape {
   const char* name;
@@ -157,7 +150,7 @@ int main(int argc, char** argv) {
       for (const Form& f : forms) {
         gpu.fill_normal(got, seed++, 0.0f, 1.0f);  // nothing left from the previous form
         fp8_gemm_wgmma(args(ws[0], f), gpu.stream());
-        const double err = rel_l2(gpu.to_host(got).to_f32(), want);
+        const double err = relative_l2(gpu.to_host(got), want);
         double ours[2], lt[2];
         for (int r = 0; r < 2; ++r) {
           lt[r] = median_ms(gpu.stream(), [&](int i) {
