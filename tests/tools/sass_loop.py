@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""The hot loop of each kernel in a cubin's SASS, counted: what a K-block or a pair costs in instructions.
+
+For each function of `cuobjdump -sass` output it finds the innermost loop (backward branch) holding at
+least half of the most warpgroup MMAs (GMMA) any loop holds, and prints the body's size and instruction mix: MMAs, FFMA, R2UR (a value
+moved into a uniform register, e.g. an MMA descriptor built in vector registers), LDG / LDS, barriers.
+With --waits it also lists, inside the loop, each instruction that waits on a scoreboard last set by a
+long-latency producer (global or constant load, shuffle, special register), read from the control
+bits of the instruction's second word (stall 4 bits, yield 1, write and read scoreboards 3 each, wait
+mask 6, from bit 41 of that word): where a wait sits between a warpgroup's MMAs, a slow load holds
+them. The producer is the last one in address order, so a loop-carried one shows as its previous
+iteration's.
+
+    cuobjdump -sass build.cubin > k.sass   # cuobjdump: PyPI nvidia-cuda-cuobjdump (bin/ of the wheel)
+    tests/tools/sass_loop.py k.sass [--function SUBSTRING] [--waits] [--from HEX --to HEX]
+
+--from / --to: count that address range instead of the found loop (e.g. one K-block of an unrolled loop).
+"""
+import argparse
+import re
+import sys
+from collections import Counter
+
+INSTR = re.compile(r'\s*/\*([0-9a-f]{4,})\*/\s*(.*?)\s*;?\s*/\* (0x[0-9a-f]+) \*/')
+WORD = re.compile(r'/\* (0x[0-9a-f]+) \*/')
+LONG_LATENCY = ('LDG', 'LDC', 'LD.', 'S2R', 'S2UR', 'SHFL', 'ATOM', 'RED')
+
+
+class Ins:
+    def __init__(self, addr, text, word):
+        self.addr, self.text = addr, text.rstrip(';').strip()
+        c = word >> 41
+        self.stall, self.wb, self.rb, self.wait = c & 0xF, (c >> 5) & 7, (c >> 8) & 7, (c >> 11) & 0x3F
+        words = self.text.split()
+        self.op = words[1] if words and words[0].startswith('@') and len(words) > 1 else (words[0] if words else '')
+
+
+def functions(lines):
+    """{name: [Ins]} from cuobjdump -sass text (each instruction's first line, then its second word)."""
+    out, name, i = {}, None, 0
+    while i < len(lines):
+        if 'Function :' in lines[i]:
+            name = lines[i].split('Function :', 1)[1].strip()
+            out[name] = []
+        m = INSTR.match(lines[i])
+        if m and name and i + 1 < len(lines):
+            w = WORD.search(lines[i + 1])
+            if w:
+                out[name].append(Ins(int(m.group(1), 16), m.group(2), int(w.group(1), 16)))
+                i += 2
+                continue
+        i += 1
+    return out
+
+
+def hot_loop(code):
+    """(first, last) addresses of the shortest backward branch's body that holds at least half of the
+    MMAs any loop holds: the inner loop (a K-block, a pair), not the persistent loop around it."""
+    loops = []
+    for ins in code:
+        m = re.search(r'\bBRA (0x[0-9a-f]+)', ins.text)
+        if m and int(m.group(1), 16) < ins.addr:
+            lo = int(m.group(1), 16)
+            body = [x for x in code if lo <= x.addr <= ins.addr]
+            loops.append((sum('GMMA' in x.op for x in body), len(body), lo, ins.addr))
+    most = max((n for n, *_ in loops), default=0)
+    inner = [l for l in loops if most and 2 * l[0] >= most]
+    return min(inner, key=lambda l: l[1])[2:] if inner else None
+
+
+def report(name, code, lo, hi, waits):
+    body = [x for x in code if lo <= x.addr <= hi]
+    ops = Counter(x.op.split('.')[0] for x in body)
+    print(f'{name}\n  loop {lo:#x}-{hi:#x}: {len(body)} instructions; ' + ', '.join(
+        f'{k} {ops[k]}' for k in ('HGMMA', 'QGMMA', 'FFMA', 'R2UR', 'LDG', 'LDS', 'LDC', 'STS', 'BAR', 'SYNCS')
+        if ops[k]))
+    if not waits:
+        return
+    last = {}  # scoreboard -> (instruction that set it last, whether for its result rather than its operands)
+    for x in code:
+        for sb in range(6):
+            if x.wait >> sb & 1 and sb in last and lo <= x.addr <= hi:
+                p, result = last[sb]
+                if result and p.op.startswith(LONG_LATENCY):
+                    print(f'    {x.addr:05x} waits on sb{sb} of {p.addr:05x} {p.op:<22} ({(x.addr - p.addr) // 16:5d} '
+                          f'instructions later): {x.text[:70]}')
+        if x.rb != 7:
+            last[x.rb] = (x, False)  # the operands read: a short wait before they may be overwritten
+        if x.wb != 7:
+            last[x.wb] = (x, True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('sass')
+    ap.add_argument('--function', default='')
+    ap.add_argument('--waits', action='store_true')
+    ap.add_argument('--from', dest='lo', type=lambda s: int(s, 16))
+    ap.add_argument('--to', dest='hi', type=lambda s: int(s, 16))
+    a = ap.parse_args()
+    with open(a.sass) as f:
+        funcs = functions(f.read().split('\n'))
+    for name, code in funcs.items():
+        if a.function not in name:
+            continue
+        span = (a.lo, a.hi) if a.lo is not None and a.hi is not None else hot_loop(code)
+        if span:
+            report(name, code, span[0], span[1], a.waits)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
