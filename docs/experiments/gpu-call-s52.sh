@@ -3,7 +3,8 @@
 # docs/experiments: s52 = fp8-gemm-block-n (block_n forms, store fix, descriptors by one add, split-templated K
 # loop); s52u = block-n + the warpgroup index by a shuffle (fp8-gemm-uniform-wg: descriptors in uniform
 # registers); s52s = block-n + uniform + fp8-gemm-ws-smem (weight scales by cp.async into the stage); s52h = block-n +
-# uniform + fp8-gemm-halves; s52w = block-n + uniform + fp8-gemm-wave-trace (probe only). Compare K loops by the
+# uniform + fp8-gemm-halves; s52w = block-n + uniform + fp8-gemm-wave-trace + fp8-gemm-desync (probe only; run
+# plain, then with MLASERVE_FP8_DESYNC=1: warpgroup 2 starts each tile a wave late). Compare K loops by the
 # trace's cycles a tile (clock-free): the times of short alternating runs differ 10-16% between repeats.
 # s52o = main d9121d9's bench_kernels (_m) and, with docs/experiments/uniform-wg-others.patch (the same shuffle in
 # the MoE grouped GEMMs and MLA prefill), bench_kernels_o and gpu_tests_o.
@@ -43,6 +44,8 @@ probe_o() { echo "=== $1"; timeout $(cap 45) $B/$2 --trace --only o --block-n 12
 { probe_o block-n fp8_gemm_probe; probe_o uniform fp8_gemm_probe_u; probe_o ws-smem fp8_gemm_probe_s
   probe_o halves fp8_gemm_probe_h; probe_o block-n fp8_gemm_probe; } > $OUT/probe_o.txt 2>&1
 timeout $(cap 45) $B/fp8_gemm_probe_w --trace --only o --block-n 128 4096 > $OUT/probe_w.txt 2>&1
+{ echo "=== MLASERVE_FP8_DESYNC=1"; MLASERVE_FP8_DESYNC=1 timeout $(cap 45) $B/fp8_gemm_probe_w --trace --only o \
+    --block-n 128 4096; } >> $OUT/probe_w.txt 2>&1
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   el "H200: tune 9-16 (table with the block_n forms)"
   mkdir -p /tmp/tnew; cp configs/tuning/*.json /tmp/tnew/
