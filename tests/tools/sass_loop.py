@@ -2,8 +2,9 @@
 """The hot loop of each kernel in a cubin's SASS, counted: what a K-block or a pair costs in instructions.
 
 For each function of `cuobjdump -sass` output it finds the innermost loop (backward branch) holding at
-least half of the most warpgroup MMAs (GMMA) any loop holds, and prints the body's size and instruction mix: MMAs, FFMA, R2UR (a value
-moved into a uniform register, e.g. an MMA descriptor built in vector registers), LDG / LDS, barriers.
+least half of the most warpgroup MMAs (GMMA) any loop holds, and prints the body's size and its mix:
+MMAs, FFMA, R2UR (a value moved into a uniform register, e.g. an MMA descriptor built in vector
+registers), LDG / LDS, barriers.
 With --waits it also lists, inside the loop, each instruction that waits on a scoreboard last set by a
 long-latency producer (global or constant load, shuffle, special register), read from the control
 bits of the instruction's second word (stall 4 bits, yield 1, write and read scoreboards 3 each, wait
