@@ -31,7 +31,7 @@ class Ins:
     def __init__(self, addr, text, word):
         self.addr, self.text = addr, text.rstrip(';').strip()
         c = word >> 41
-        self.stall, self.wb, self.rb, self.wait = c & 0xF, (c >> 5) & 7, (c >> 8) & 7, (c >> 11) & 0x3F
+        self.wb, self.rb, self.wait = (c >> 5) & 7, (c >> 8) & 7, (c >> 11) & 0x3F  # after stall (4) and yield (1)
         words = self.text.split()
         self.op = words[1] if words and words[0].startswith('@') and len(words) > 1 else (words[0] if words else '')
 
