@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
 """The hot loop of each kernel in a cubin's SASS, counted: what a K-block or a pair costs in instructions.
 
-For each function of `cuobjdump -sass` output it finds the innermost loop (backward branch) holding at
-least half of the most warpgroup MMAs (GMMA) any loop holds, and prints the body's size and its mix:
-MMAs, FFMA, R2UR (a value moved into a uniform register, e.g. an MMA descriptor built in vector
-registers), LDG / LDS, barriers.
+For each function of `cuobjdump -sass` output it finds the innermost loops (backward branches) that hold
+warpgroup MMAs (GMMA) and prints each body's size and its mix: MMAs, FFMA, R2UR (a value moved into a
+uniform register, e.g. an MMA descriptor built in vector registers), LDG / LDS, barriers.
 With --waits it also lists, inside the loop, each instruction that waits on a scoreboard last set by a
 long-latency producer (global or constant load, shuffle, special register), read from the control
 bits of the instruction's second word (stall 4 bits, yield 1, write and read scoreboards 3 each, wait
@@ -54,19 +53,20 @@ def functions(lines):
     return out
 
 
-def hot_loop(code):
-    """(first, last) addresses of the shortest backward branch's body that holds at least half of the
-    MMAs any loop holds: the inner loop (a K-block, a pair), not the persistent loop around it."""
+def inner_loops(code):
+    """[(first, last)] of the innermost loops that hold warpgroup MMAs: backward branches that close a
+    body with MMAs and no other such loop inside it (a K-block, a pair; one per warpgroup where each
+    has a loop of its own). Branches after the function's last EXIT are left out: ptxas puts the
+    retry of a barrier wait there, a jump back into the middle, not a loop."""
+    exits = [x.addr for x in code if x.op == 'EXIT']
     loops = []
     for ins in code:
         m = re.search(r'\bBRA (0x[0-9a-f]+)', ins.text)
-        if m and int(m.group(1), 16) < ins.addr:
+        if m and int(m.group(1), 16) < ins.addr and (not exits or ins.addr < max(exits)):
             lo = int(m.group(1), 16)
-            body = [x for x in code if lo <= x.addr <= ins.addr]
-            loops.append((sum('GMMA' in x.op for x in body), len(body), lo, ins.addr))
-    most = max((n for n, *_ in loops), default=0)
-    inner = [l for l in loops if most and 2 * l[0] >= most]
-    return min(inner, key=lambda l: l[1])[2:] if inner else None
+            if any('GMMA' in x.op for x in code if lo <= x.addr <= ins.addr):
+                loops.append((lo, ins.addr))
+    return [a for a in loops if not any(b != a and a[0] <= b[0] and b[1] <= a[1] for b in loops)]
 
 
 def report(name, code, lo, hi, waits):
@@ -104,9 +104,9 @@ def main():
     for name, code in funcs.items():
         if a.function not in name:
             continue
-        span = (a.lo, a.hi) if a.lo is not None and a.hi is not None else hot_loop(code)
-        if span:
-            report(name, code, span[0], span[1], a.waits)
+        spans = [(a.lo, a.hi)] if a.lo is not None and a.hi is not None else inner_loops(code)
+        for lo, hi in spans:
+            report(name, code, lo, hi, a.waits)
     return 0
 
 
